@@ -1,0 +1,292 @@
+//! The one error type of the protocol.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The error a [`LeaseStore`](crate::LeaseStore) method returns: whatever the
+/// driver reported, boxed. The coordinator wraps it in [`Error::Database`],
+/// which names the operation and the lease.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong with a lease.
+///
+/// A refused claim is not an error: [`Leases::claim`](crate::Leases::claim)
+/// returns `Ok(None)` for it. An `Err` means either that the database could not
+/// answer ([`is_retryable`](Error::is_retryable)), or that the lease is lost and
+/// the work under it must stop ([`is_lost`](Error::is_lost)), or that the caller
+/// asked for something that can never work (a bad name, impossible timings).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lease is no longer held by this holder.
+    #[error("lease {name:?} lost: {cause}")]
+    Lost {
+        /// The name the lease was held under.
+        name: String,
+        /// What happened to it.
+        cause: LostCause,
+    },
+
+    /// The database cannot carry leases (ClickHouse, for example, has neither
+    /// row-level updates nor unique keys).
+    #[error("leases need a MySQL, PostgreSQL or SQLite database, not {database}")]
+    UnsupportedDatabase {
+        /// The database that was offered, as named by its URL scheme.
+        database: String,
+    },
+
+    /// The name can never be claimed.
+    #[error("invalid lease name: {reason}")]
+    InvalidName {
+        /// Why the name is refused.
+        reason: NameError,
+    },
+
+    /// The timings cannot keep the protocol's promises.
+    #[error("invalid lease timings: {0}")]
+    InvalidTimings(String),
+
+    /// An instant of a schedule that cannot be claimed: it is not after the
+    /// UNIX epoch, or it does not fit in milliseconds.
+    #[error("invalid instant for lease {name:?}: {reason}")]
+    InvalidInstant {
+        /// The name the instant was to be claimed under.
+        name: String,
+        /// Why the instant is refused.
+        reason: &'static str,
+    },
+
+    /// [`Handle::finish`](crate::Handle::finish) on a handle that was claimed
+    /// with [`Leases::claim`](crate::Leases::claim): only an instant's round
+    /// can be finished.
+    #[error("lease {name:?} was not claimed for an instant, so there is no round to finish")]
+    NoInstant {
+        /// The lease's name.
+        name: String,
+    },
+
+    /// The database did not answer the statement: connection refused or cut,
+    /// a server error, a missing table.
+    #[error("{op} of lease {name} failed", name = LeaseName(name.as_deref()))]
+    Database {
+        /// The protocol statement that failed.
+        op: Op,
+        /// The lease it was for; `None` for statements about no single lease.
+        name: Option<String>,
+        /// What the driver reported.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The database did not answer within the protocol's bound on its own
+    /// statements (see [`Timings::statement_timeout`](crate::Timings::statement_timeout)).
+    #[error("{op} of lease {name} got no answer within {after:?}", name = LeaseName(name.as_deref()))]
+    Timeout {
+        /// The protocol statement that timed out.
+        op: Op,
+        /// The lease it was for; `None` for statements about no single lease.
+        name: Option<String>,
+        /// The bound that passed.
+        after: Duration,
+    },
+
+    /// The OS random number generator failed to provide a holder token.
+    #[error("the operating system's random number generator failed")]
+    Entropy(#[source] getrandom::Error),
+
+    /// Work run under a lease panicked.
+    #[error("work under lease {name:?} panicked at {location}: {message}")]
+    Panicked {
+        /// The lease the work ran under.
+        name: String,
+        /// Where the panic happened (`file:line:column`), when known.
+        location: String,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Whether the lease is lost: the work under it must stop.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. })
+    }
+
+    /// Whether trying again later may succeed: the database did not answer.
+    /// A caller waits [`Timings::retry_interval`](crate::Timings::retry_interval)
+    /// before it tries again.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Database { .. } | Error::Timeout { .. })
+    }
+
+    /// The cause of a loss, if this is one.
+    #[must_use]
+    pub fn lost_cause(&self) -> Option<LostCause> {
+        match self {
+            Error::Lost { cause, .. } => Some(*cause),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn lost(name: &str, cause: LostCause) -> Self {
+        Error::Lost {
+            name: name.to_owned(),
+            cause,
+        }
+    }
+}
+
+/// How a lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostCause {
+    /// The database says the name is no longer this holder's: it expired and
+    /// someone else claimed it, it expired and nobody claimed it yet, or it was
+    /// released.
+    NotHolder,
+    /// No renewal succeeded within the local deadline of the start of the last
+    /// one that did: the holder stepped down before the database would let
+    /// anyone else claim the name.
+    DeadlineExceeded,
+}
+
+impl fmt::Display for LostCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostCause::NotHolder => "no longer this holder's",
+            LostCause::DeadlineExceeded => "no renewal within the local deadline",
+        })
+    }
+}
+
+/// Why a name is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The name is the empty string.
+    Empty,
+    /// The name is longer than the name column.
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The limit, [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES).
+        max: usize,
+        /// The start of the name, to recognise it by.
+        prefix: String,
+    },
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameError::Empty => f.write_str("the name is empty"),
+            NameError::TooLong { len, max, prefix } => write!(
+                f,
+                "the name {prefix:?}... is {len} bytes long, over the limit of {max} bytes"
+            ),
+        }
+    }
+}
+
+/// The protocol statement an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Claiming a name (with its insert-if-absent).
+    Claim,
+    /// Renewing a lease.
+    Renew,
+    /// Verifying that a lease is still held.
+    Verify,
+    /// Releasing a lease.
+    Release,
+    /// Claiming an instant of a schedule.
+    ClaimSlot,
+    /// Finishing an instant's round.
+    Finish,
+    /// Finding the instants whose round was cut short.
+    FindUnfinished,
+    /// Claiming a cut-short instant a second time.
+    ClaimRerun,
+    /// Reading the last instant on record.
+    LastSlot,
+    /// Reading the database's clock.
+    Now,
+    /// Creating the lease table.
+    Migrate,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Claim => "claim",
+            Op::Renew => "renewal",
+            Op::Verify => "verification",
+            Op::Release => "release",
+            Op::ClaimSlot => "instant claim",
+            Op::Finish => "finish",
+            Op::FindUnfinished => "search for unfinished instants",
+            Op::ClaimRerun => "second claim",
+            Op::LastSlot => "last-instant read",
+            Op::Now => "clock read",
+            Op::Migrate => "table creation",
+        })
+    }
+}
+
+struct LeaseName<'a>(Option<&'a str>);
+
+impl fmt::Display for LeaseName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(name) => write!(f, "{name:?}"),
+            None => f.write_str("table"),
+        }
+    }
+}
+
+/// A shorthand for `Result<T, lease_core::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_error_names_operation_and_lease_but_not_its_cause() {
+        let err = Error::Database {
+            op: Op::Renew,
+            name: Some("leader:api".into()),
+            source: "connection reset".into(),
+        };
+        assert_eq!(err.to_string(), r#"renewal of lease "leader:api" failed"#);
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("connection reset"));
+        assert!(err.is_retryable());
+        assert!(!err.is_lost());
+    }
+
+    #[test]
+    fn lost_is_matchable_and_says_why() {
+        let err = Error::lost("cron:report", LostCause::NotHolder);
+        assert!(err.is_lost());
+        assert!(!err.is_retryable());
+        assert_eq!(err.lost_cause(), Some(LostCause::NotHolder));
+        assert_eq!(
+            err.to_string(),
+            r#"lease "cron:report" lost: no longer this holder's"#
+        );
+    }
+
+    #[test]
+    fn table_statements_name_the_table() {
+        let err = Error::Timeout {
+            op: Op::Migrate,
+            name: None,
+            after: Duration::from_secs(5),
+        };
+        assert_eq!(err.to_string(), "table creation of lease table got no answer within 5s");
+    }
+}

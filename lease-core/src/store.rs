@@ -1,0 +1,329 @@
+//! The seam to a database: one method per protocol statement.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::error::BoxError;
+
+/// The protocol's statements, implemented once per database.
+///
+/// A lease is one row of the lease table (default `gst_leases`):
+///
+/// | column | meaning |
+/// | --- | --- |
+/// | `name` | the name, compared byte for byte, primary key |
+/// | `holder` | the token of the current holder, minted per claim, never reused |
+/// | `instance` | the process that holds it, for reading logs |
+/// | `term` | incremented every time the name changes hands; 1 for the first claim |
+/// | `expires_at_ms` | when the lease expires, in UTC ms by the database clock; 0 once released |
+/// | `slot_ms` | the last instant on record (never decreasing); 0 if none |
+/// | `unfinished_slot_ms` | that instant again while its round has not run to its end, else 0 |
+/// | `rerun_slot_ms` | the last instant claimed a second time; 0 if none |
+///
+/// Every method is one protocol statement of the specification, run with the
+/// **database's** clock (`:now` below, UTC milliseconds read in the statement
+/// itself, never a process clock). Each should take as few round trips as the
+/// database's SQL allows. Nothing that is not SQL belongs here: holder tokens,
+/// name checks, timings, renewing on a cadence and the bounds on each
+/// statement all live in [`Leases`](crate::Leases) and [`Handle`](crate::Handle),
+/// once for every backend. The coordinator validates names before calling any
+/// method, and bounds every call with a timeout, dropping the future when it
+/// passes: implementations must be cancel safe in that sense (a dropped call
+/// may or may not have taken effect, and must leave the store usable).
+///
+/// A refused claim or a lease found gone is a value (`None`, `false`, a
+/// refusal); `Err` means the database could not answer. The coordinator wraps
+/// each `Err` in [`Error::Database`](crate::Error::Database) naming the
+/// operation and the lease, so implementations return the driver's error as
+/// it is.
+///
+/// The trait is object safe: a program picks its database at run time and
+/// holds an `Arc<dyn LeaseStore>`. The
+/// [`lease-conformance`](https://docs.rs/lease-conformance) crate runs the
+/// whole protocol against an implementation.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
+    /// Claims `name` for `holder` if it is free, inserting the row if there
+    /// is none, and returns the new term, or `None` when someone holds it.
+    ///
+    /// ```sql
+    /// UPDATE t SET holder = :holder, instance = :instance, term = term + 1,
+    ///        expires_at_ms = :now + :lease_ms
+    ///  WHERE name = :name AND expires_at_ms <= :now
+    /// -- no row yet: insert (name, holder, instance, 1, :now + :lease_ms, 0, 0, 0),
+    /// -- doing nothing when the name is there (someone was first)
+    /// ```
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError>;
+
+    /// Extends the lease by `lease_ms` from the database's now, and returns
+    /// whether `holder` still held it (`false`: lost).
+    ///
+    /// ```sql
+    /// UPDATE t SET expires_at_ms = :now + :lease_ms
+    ///  WHERE name = :name AND holder = :holder AND expires_at_ms > :now
+    /// ```
+    ///
+    /// A renewal that writes the same expiry as the one before (two renewals
+    /// in one millisecond) still counts as held.
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError>;
+
+    /// Returns the term if `holder` still holds `name`, `None` if it does not
+    /// (taken, released, or expired with no one to take it yet).
+    ///
+    /// ```sql
+    /// SELECT term FROM t WHERE name = :name AND holder = :holder AND expires_at_ms > :now
+    /// ```
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError>;
+
+    /// Gives the name up at once, and returns whether `holder` still had it
+    /// to give (`false`: it was already gone).
+    ///
+    /// ```sql
+    /// UPDATE t SET expires_at_ms = 0 WHERE name = :name AND holder = :holder
+    /// ```
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError>;
+
+    /// Claims the instant `slot_ms` of a schedule under `name`: the lease must
+    /// have expired (or have been released, or the row not exist) and
+    /// `slot_ms` must be later than the row's `slot_ms`.
+    ///
+    /// ```sql
+    /// SELECT term, slot_ms, unfinished_slot_ms, rerun_slot_ms, expires_at_ms <= :now
+    ///   FROM t WHERE name = :name
+    /// -- then, when expired and :slot > slot_ms:
+    /// UPDATE t SET holder = :holder, instance = :instance, term = term + 1,
+    ///        expires_at_ms = :now + :lease_ms, slot_ms = :slot, unfinished_slot_ms = :slot
+    ///  WHERE name = :name AND term = :term AND expires_at_ms <= :now
+    /// -- no row yet: the insert of `claim`, with both slots set to :slot
+    /// ```
+    ///
+    /// On success it reports the instant the claim gave up: the row's
+    /// `slot_ms` as read, when its `unfinished_slot_ms` was equal to it (and
+    /// not 0), with `rerun` telling whether `rerun_slot_ms` was equal to it
+    /// too. A backend may do this in one statement if it keeps these
+    /// semantics: of claimants racing for one row, exactly one succeeds, and
+    /// the winner learns what the row held before its write.
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError>;
+
+    /// Records that the round for instant `slot_ms` ran to its end.
+    ///
+    /// With `holder` given, first tries to give the name back as well, taking
+    /// `passed_ms` along as the last instant on record when it is later than
+    /// the row's `slot_ms` and not in the database's future:
+    ///
+    /// ```sql
+    /// UPDATE t SET expires_at_ms = 0, unfinished_slot_ms = 0,
+    ///        slot_ms = CASE WHEN :passed > slot_ms AND :passed <= :now
+    ///                       THEN :passed ELSE slot_ms END
+    ///  WHERE name = :name AND holder = :holder
+    /// ```
+    ///
+    /// When that matched no row, or no `holder` was given (the handle is
+    /// known lost), it records the end without the lease, unless a later
+    /// instant has been claimed since; `passed_ms` is not taken along:
+    ///
+    /// ```sql
+    /// UPDATE t SET unfinished_slot_ms = 0 WHERE name = :name AND unfinished_slot_ms = :slot
+    /// ```
+    ///
+    /// A backend may fold both into one statement.
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError>;
+
+    /// Finds, among `names`, the instants whose round was cut short and that
+    /// are free to claim a second time, in one statement for all the names.
+    /// The order of the result is unspecified.
+    ///
+    /// ```sql
+    /// SELECT name, term, slot_ms FROM t
+    ///  WHERE name IN (:names) AND unfinished_slot_ms = slot_ms
+    ///    AND rerun_slot_ms < slot_ms AND expires_at_ms <= :now
+    /// ```
+    ///
+    /// `names` is never empty and holds no duplicates.
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError>;
+
+    /// Claims the cut-short instant found under `name` with `term` a second
+    /// time, and returns whether it did. The new term is `term + 1`.
+    ///
+    /// ```sql
+    /// UPDATE t SET holder = :holder, instance = :instance, term = term + 1,
+    ///        expires_at_ms = :now + :lease_ms, rerun_slot_ms = slot_ms
+    ///  WHERE name = :name AND term = :term AND unfinished_slot_ms = slot_ms
+    ///    AND rerun_slot_ms < slot_ms AND expires_at_ms <= :now
+    /// ```
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError>;
+
+    /// Returns the row's `slot_ms`, or `None` when there is no row.
+    ///
+    /// ```sql
+    /// SELECT slot_ms FROM t WHERE name = :name
+    /// ```
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError>;
+
+    /// The database's clock: UTC milliseconds since the UNIX epoch, read
+    /// without going through any session time zone.
+    async fn now_ms(&self) -> Result<i64, BoxError>;
+
+    /// Creates the lease table if it does not exist. Idempotent, and safe
+    /// when many replicas run it at once against a database without the table.
+    async fn migrate(&self) -> Result<(), BoxError>;
+}
+
+/// What [`LeaseStore::claim_slot`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum SlotClaim {
+    /// The instant is claimed.
+    Claimed {
+        /// The new term.
+        term: u64,
+        /// The instant given up by this claim, if any.
+        superseded: Option<SupersededSlot>,
+    },
+    /// Someone holds the name, or the instant is not later than the one on
+    /// record, or another claimant was first.
+    Refused,
+}
+
+/// An instant given up by an instant claim: its round had not run to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupersededSlot {
+    /// The instant, in UTC milliseconds.
+    pub slot_ms: i64,
+    /// Whether it had been claimed a second time already (and that round was
+    /// cut short too).
+    pub rerun: bool,
+}
+
+/// What [`LeaseStore::finish`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Finished {
+    /// The holder still held the name: the end is recorded and the name given
+    /// back (with `passed_ms` taken along where it applies).
+    Released,
+    /// The name was no longer the holder's (or no holder was given): the end
+    /// is recorded without the lease.
+    RecordedWithoutLease,
+    /// The name was no longer the holder's and a later instant has been
+    /// claimed since (or the end was already recorded): nothing changed.
+    NotRecorded,
+}
+
+/// A row found by [`LeaseStore::find_unfinished`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnfinishedRow {
+    /// The name.
+    pub name: String,
+    /// The term found: a second claim must find it unchanged.
+    pub term: u64,
+    /// The cut-short instant, in UTC milliseconds.
+    pub slot_ms: i64,
+}
+
+/// Forwards every method to the store behind the `Arc`.
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError> {
+        (**self).claim(name, holder, instance, lease_ms).await
+    }
+
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        (**self).renew(name, holder, lease_ms).await
+    }
+
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        (**self).verify(name, holder).await
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        (**self).release(name, holder).await
+    }
+
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        (**self)
+            .claim_slot(name, holder, instance, slot_ms, lease_ms)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError> {
+        (**self).finish(name, holder, slot_ms, passed_ms).await
+    }
+
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        (**self).find_unfinished(names).await
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError> {
+        (**self)
+            .claim_rerun(name, term, holder, instance, lease_ms)
+            .await
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        (**self).last_slot(name).await
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        (**self).now_ms().await
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        (**self).migrate().await
+    }
+}

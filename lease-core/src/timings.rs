@@ -1,0 +1,270 @@
+//! The protocol's timings, as a value.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// How long a lease lasts, how often its holder renews it, when the holder
+/// gives itself up, and how long work has to stop after a loss.
+///
+/// The defaults are the protocol's: a lease lasts 15 s from the database's
+/// now, its holder renews every 2 s, gives itself up 10 s after the start of
+/// the last successful renewal (5 s before the database lets anyone else
+/// claim the name), and work under a lost lease has 5 s to return.
+///
+/// Tests play the protocol out in milliseconds with the same code:
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::Timings;
+///
+/// let fast = Timings::builder()
+///     .lease(Duration::from_millis(600))
+///     .renew(Duration::from_millis(50))
+///     .deadline(Duration::from_millis(300))
+///     .grace(Duration::from_millis(100))
+///     .build()?;
+/// assert_eq!(fast.lease(), Duration::from_millis(600));
+///
+/// // A holder must give itself up before the database frees its name.
+/// let err = Timings::builder().deadline(Duration::from_secs(20)).build().unwrap_err();
+/// assert!(err.to_string().contains("deadline"));
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Timings {
+    lease: Duration,
+    renew: Duration,
+    deadline: Duration,
+    grace: Duration,
+}
+
+/// The shortest bound on a protocol statement outside of a renewal.
+const MIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Timings {
+    /// The protocol's lease duration: 15 s.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+    /// The protocol's renew interval: 2 s.
+    pub const DEFAULT_RENEW: Duration = Duration::from_secs(2);
+    /// The protocol's local deadline: 10 s.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+    /// The protocol's step-down grace: 5 s.
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+    /// A builder starting from the defaults.
+    pub fn builder() -> TimingsBuilder {
+        TimingsBuilder {
+            timings: Timings::default(),
+        }
+    }
+
+    /// How long a claim or a renewal keeps the name, from the database's now.
+    #[must_use]
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The lease duration in whole milliseconds, as the statements take it.
+    #[must_use]
+    pub fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// How long after the start of one renewal attempt the next is due (a
+    /// failed one included).
+    #[must_use]
+    pub fn renew(&self) -> Duration {
+        self.renew
+    }
+
+    /// How long after the start of the last successful renewal (or the claim)
+    /// the holder gives itself up.
+    #[must_use]
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// How long work under a lost lease has to return before it is aborted.
+    #[must_use]
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// How soon a caller tries again after the database failed to answer: the
+    /// cadence the protocol already keeps against it (the renew interval),
+    /// which a caller waiting for the same database has no reason to beat.
+    #[must_use]
+    pub fn retry_interval(&self) -> Duration {
+        self.renew
+    }
+
+    /// The bound on each of the protocol's own statements outside a renewal:
+    /// half the local deadline, never under 1 s. A caller with a deadline of
+    /// its own bounds the call further by dropping its future (every call is
+    /// cancel safe). A renewal is bounded tighter still: by half the local
+    /// deadline and never past the deadline itself.
+    #[must_use]
+    pub fn statement_timeout(&self) -> Duration {
+        (self.deadline / 2).max(MIN_STATEMENT_TIMEOUT)
+    }
+
+    fn check(self) -> Result<Self, Error> {
+        let lease_whole = Duration::from_millis(u64::try_from(self.lease_ms()).unwrap_or(0));
+        let problem = if self.lease_ms() < 1 {
+            Some(format!(
+                "the lease ({:?}) must last at least 1 ms",
+                self.lease
+            ))
+        } else if self.renew.is_zero() {
+            Some("the renew interval must not be zero".to_owned())
+        } else if self.renew >= self.deadline {
+            Some(format!(
+                "the renew interval ({:?}) must be shorter than the local deadline ({:?}), \
+                 or a holder would give itself up before its first renewal",
+                self.renew, self.deadline
+            ))
+        } else if self.deadline >= lease_whole {
+            Some(format!(
+                "the local deadline ({:?}) must be shorter than the lease ({:?}), \
+                 or a holder that cannot renew would still believe it holds the name \
+                 when the database lets another process claim it",
+                self.deadline, lease_whole
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => Err(Error::InvalidTimings(p)),
+            None => Ok(self),
+        }
+    }
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            lease: Self::DEFAULT_LEASE,
+            renew: Self::DEFAULT_RENEW,
+            deadline: Self::DEFAULT_DEADLINE,
+            grace: Self::DEFAULT_GRACE,
+        }
+    }
+}
+
+/// Builds [`Timings`], refusing combinations that cannot keep the protocol's
+/// promises: the renew interval must be shorter than the local deadline, and
+/// the local deadline shorter than the lease.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct TimingsBuilder {
+    timings: Timings,
+}
+
+impl TimingsBuilder {
+    /// Sets the lease duration (default 15 s).
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.timings.lease = d;
+        self
+    }
+
+    /// Sets the renew interval (default 2 s).
+    pub fn renew(mut self, d: Duration) -> Self {
+        self.timings.renew = d;
+        self
+    }
+
+    /// Sets the local deadline (default 10 s).
+    pub fn deadline(mut self, d: Duration) -> Self {
+        self.timings.deadline = d;
+        self
+    }
+
+    /// Sets the step-down grace (default 5 s).
+    pub fn grace(mut self, d: Duration) -> Self {
+        self.timings.grace = d;
+        self
+    }
+
+    /// Checks the combination.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTimings`] naming the rule that is broken: a lease under
+    /// 1 ms, a zero renew interval, a renew interval not shorter than the
+    /// deadline, or a deadline not shorter than the lease.
+    pub fn build(self) -> Result<Timings, Error> {
+        self.timings.check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn defaults_are_the_protocols() {
+        let t = Timings::default();
+        assert_eq!(t.lease(), Duration::from_secs(15));
+        assert_eq!(t.renew(), Duration::from_secs(2));
+        assert_eq!(t.deadline(), Duration::from_secs(10));
+        assert_eq!(t.grace(), Duration::from_secs(5));
+        assert_eq!(t.lease_ms(), 15_000);
+        assert_eq!(t.retry_interval(), Duration::from_secs(2));
+        assert_eq!(t.statement_timeout(), Duration::from_secs(5));
+        assert_eq!(Timings::builder().build().unwrap(), t);
+    }
+
+    #[test]
+    fn statement_timeout_is_half_the_deadline_but_never_under_a_second() {
+        let t = Timings::builder()
+            .lease(ms(600))
+            .renew(ms(50))
+            .deadline(ms(300))
+            .build()
+            .unwrap();
+        assert_eq!(t.statement_timeout(), Duration::from_secs(1));
+        let t = Timings::builder()
+            .lease(Duration::from_secs(60))
+            .deadline(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        assert_eq!(t.statement_timeout(), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn renew_not_shorter_than_deadline_is_refused() {
+        let err = Timings::builder().renew(Duration::from_secs(10)).build().unwrap_err();
+        assert!(matches!(err, Error::InvalidTimings(_)));
+        assert!(err.to_string().contains("renew interval"), "{err}");
+    }
+
+    #[test]
+    fn deadline_not_shorter_than_lease_is_refused() {
+        let err = Timings::builder().deadline(Duration::from_secs(15)).build().unwrap_err();
+        assert!(err.to_string().contains("local deadline"), "{err}");
+    }
+
+    #[test]
+    fn deadline_is_compared_with_the_lease_in_whole_milliseconds() {
+        // A lease of 1.5 ms lasts 1 ms in the table: a 1.2 ms deadline outlives it.
+        let err = Timings::builder()
+            .lease(Duration::from_micros(1_500))
+            .renew(Duration::from_micros(100))
+            .deadline(Duration::from_micros(1_200))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("local deadline"), "{err}");
+    }
+
+    #[test]
+    fn zero_durations_are_refused() {
+        assert!(Timings::builder().lease(Duration::ZERO).build().is_err());
+        assert!(Timings::builder().renew(Duration::ZERO).build().is_err());
+        assert!(Timings::builder().deadline(Duration::ZERO).build().is_err());
+    }
+}

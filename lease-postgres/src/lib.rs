@@ -1,0 +1,1 @@
+//! Placeholder: the postgres backend lands with its own issue.
