@@ -287,6 +287,9 @@ mod tests {
             name: None,
             after: Duration::from_secs(5),
         };
-        assert_eq!(err.to_string(), "table creation of lease table got no answer within 5s");
+        assert_eq!(
+            err.to_string(),
+            "table creation of lease table got no answer within 5s"
+        );
     }
 }

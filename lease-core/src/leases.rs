@@ -533,6 +533,14 @@ impl Handle {
         self.state.claimed_at
     }
 
+    /// The holder token of this claim: 32 hex digits, new for every claim.
+    /// Backends read it to run the verify statement inside their guarded
+    /// transactions. It is what proves holding the name: never log it.
+    #[must_use]
+    pub fn holder(&self) -> &str {
+        &self.state.holder
+    }
+
     /// Marks the lease known lost. Called by the holder that learns of the
     /// loss, before it tells the work.
     pub(crate) fn mark_lost(&self) {

@@ -238,14 +238,20 @@ mod tests {
 
     #[test]
     fn renew_not_shorter_than_deadline_is_refused() {
-        let err = Timings::builder().renew(Duration::from_secs(10)).build().unwrap_err();
+        let err = Timings::builder()
+            .renew(Duration::from_secs(10))
+            .build()
+            .unwrap_err();
         assert!(matches!(err, Error::InvalidTimings(_)));
         assert!(err.to_string().contains("renew interval"), "{err}");
     }
 
     #[test]
     fn deadline_not_shorter_than_lease_is_refused() {
-        let err = Timings::builder().deadline(Duration::from_secs(15)).build().unwrap_err();
+        let err = Timings::builder()
+            .deadline(Duration::from_secs(15))
+            .build()
+            .unwrap_err();
         assert!(err.to_string().contains("local deadline"), "{err}");
     }
 

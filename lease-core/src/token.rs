@@ -38,7 +38,11 @@ pub fn instance_id() -> &'static str {
         let host = gethostname::gethostname();
         let host = host.to_string_lossy();
         let host: String = host.chars().take(MAX_HOST_CHARS).collect();
-        let host = if host.is_empty() { "localhost".into() } else { host };
+        let host = if host.is_empty() {
+            "localhost".into()
+        } else {
+            host
+        };
         let mut bytes = [0u8; 4];
         let suffix = match getrandom::fill(&mut bytes) {
             Ok(()) => hex(&bytes),
@@ -57,7 +61,10 @@ mod tests {
         let a = holder_token().unwrap();
         let b = holder_token().unwrap();
         assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        );
         assert_ne!(a, b);
     }
 
