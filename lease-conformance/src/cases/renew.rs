@@ -1,0 +1,117 @@
+//! renew.
+
+use std::time::Duration;
+
+use lease_core::Timings;
+
+use super::{assert_lost, claimed, ok};
+use crate::Ctx;
+
+/// Renewing keeps the name well past the lease duration: a rival is refused
+/// throughout.
+pub async fn renew_keeps_name_past_lease_duration(ctx: Ctx) {
+    let timings = Timings::builder()
+        .lease(Duration::from_millis(1_000))
+        .renew(Duration::from_millis(100))
+        .deadline(Duration::from_millis(600))
+        .build();
+    let holder = ctx.leases_with(ok(timings, "timings"));
+    let rival = ctx.leases();
+    let name = ctx.name("renewed");
+    let h = claimed(&holder, &name, "no row exists for it yet").await;
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(2_500) {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        ok(h.renew().await, "a renewal by the holder within its lease");
+        assert!(
+            ok(rival.claim(&name).await, "a rival's claim").is_none(),
+            "a rival claimed the name {:?} after the claim, although the holder renewed every \
+             150 ms a lease of 1000 ms (renew must set expires_at_ms = now + lease_ms)",
+            start.elapsed()
+        );
+    }
+    assert_eq!(
+        ok(h.verify().await, "verify"),
+        1,
+        "renewals must not move the term"
+    );
+}
+
+/// Two renewals in a row both succeed, even if they write the same expiry.
+pub async fn renew_twice_in_a_row_is_still_held(ctx: Ctx) {
+    let leases = ctx.leases();
+    let name = ctx.name("twice");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    for i in 0..5 {
+        ok(
+            h.renew().await,
+            &format!(
+                "renewal {i} in a quick row (a renewal that writes the same expires_at_ms as the \
+                 one before must still count as held: count matched rows, not changed rows)"
+            ),
+        );
+    }
+}
+
+/// A renewal after another process took the name over is lost.
+pub async fn renew_after_takeover_is_lost(ctx: Ctx) {
+    let old_leases = ctx.short_leases();
+    let new_leases = ctx.leases();
+    let name = ctx.name("taken");
+    let old = claimed(&old_leases, &name, "no row exists for it yet").await;
+    ctx.sleep_past_short_lease().await;
+    let new = claimed(&new_leases, &name, "its lease expired").await;
+    assert_lost(
+        old.renew().await,
+        "a renewal by the old holder after a takeover (renew must match the holder token)",
+    );
+    assert_eq!(
+        ok(new.verify().await, "verify by the successor"),
+        2,
+        "a failed renewal by the old holder must leave the successor holding"
+    );
+}
+
+/// A renewal after the lease expired is lost, even when nobody claimed the
+/// name since.
+pub async fn renew_after_expiry_is_lost_even_without_successor(ctx: Ctx) {
+    let leases = ctx.short_leases();
+    let name = ctx.name("lapsed");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    ctx.sleep_past_short_lease().await;
+    assert_lost(
+        h.renew().await,
+        "a renewal after expiry (renew must require expires_at_ms > now: an expired lease \
+         may already have been claimed and released)",
+    );
+}
+
+/// A renewal after the holder released the name is lost.
+pub async fn renew_after_release_is_lost(ctx: Ctx) {
+    let leases = ctx.leases();
+    let name = ctx.name("given-up");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    ok(h.release().await, "release");
+    assert_lost(
+        h.renew().await,
+        "a renewal after release (release sets expires_at_ms = 0, so renew must not match)",
+    );
+}
+
+/// A renewal extends the lease from the database's now: a lease renewed just
+/// before it would expire is still held past its first expiry.
+pub async fn renew_extends_the_lease_from_now(ctx: Ctx) {
+    let leases = ctx.short_leases();
+    let rival = ctx.leases();
+    let name = ctx.name("extended");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    tokio::time::sleep(crate::SHORT_LEASE / 2).await;
+    ok(h.renew().await, "a renewal halfway through the lease");
+    tokio::time::sleep(crate::SHORT_LEASE * 3 / 4).await;
+    assert!(
+        ok(rival.claim(&name).await, "a rival's claim").is_none(),
+        "the name was free 1.25 leases after the claim although it was renewed at 0.5: renew \
+         must set expires_at_ms = now + lease_ms"
+    );
+    ok(h.renew().await, "a renewal within the extended lease");
+}

@@ -1,0 +1,277 @@
+//! What a case runs on, and how a case is run.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lease_core::{LeaseStore, Leases, Timings};
+
+use crate::counting::CountingStore;
+
+/// A store factory, boxed: what [`Ctx::fresh_store`] calls.
+pub type Factory = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Option<Arc<dyn LeaseStore>>> + Send>> + Send + Sync,
+>;
+
+/// A case of the suite, as the [`CASES`](crate::CASES) table holds it.
+pub type CaseFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The lease duration of [`Ctx::short_leases`].
+pub const SHORT_LEASE: Duration = Duration::from_millis(400);
+
+/// What a case runs on: a fresh, migrated store of the backend under test,
+/// seen through a counter of the statements that reach it, and a prefix that
+/// makes every name the case uses its own.
+pub struct Ctx {
+    store: Arc<CountingStore>,
+    factory: Factory,
+    prefix: String,
+    instances: AtomicU64,
+}
+
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx")
+            .field("store", &self.store)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    /// The store under test, counting the statements that reach it.
+    pub fn store(&self) -> Arc<dyn LeaseStore> {
+        self.store.clone()
+    }
+
+    /// How many store methods have been called so far in this case.
+    pub fn statements(&self) -> u64 {
+        self.store.calls()
+    }
+
+    /// A name no other case, and no other run, uses: `<prefix>:<label>`.
+    pub fn name(&self, label: &str) -> String {
+        format!("{}:{label}", self.prefix)
+    }
+
+    /// A coordinator with the protocol's default timings (a 15 s lease:
+    /// nothing expires during a case), claiming as a process of its own.
+    pub fn leases(&self) -> Leases {
+        self.leases_with(Timings::default())
+    }
+
+    /// A coordinator whose leases last [`SHORT_LEASE`], for cases that wait
+    /// for an expiry.
+    pub fn short_leases(&self) -> Leases {
+        self.leases_with(short_timings())
+    }
+
+    /// A coordinator with `timings`, claiming as a process of its own.
+    pub fn leases_with(&self, timings: Timings) -> Leases {
+        let n = self.instances.fetch_add(1, Ordering::Relaxed);
+        Leases::from_arc(self.store())
+            .with_timings(timings)
+            .with_instance(format!("conformance-{n}"))
+    }
+
+    /// Sleeps until a lease of [`Ctx::short_leases`] claimed or renewed
+    /// before the call has surely expired by the database clock.
+    pub async fn sleep_past_short_lease(&self) {
+        tokio::time::sleep(SHORT_LEASE + SHORT_LEASE / 2).await;
+    }
+
+    /// Another fresh store of the backend under test, on a table of its own,
+    /// not migrated and not counted. For cases about creating the table.
+    ///
+    /// # Panics
+    ///
+    /// When the factory, which gave this case its store, gives none now.
+    pub async fn fresh_store(&self) -> Arc<dyn LeaseStore> {
+        match (self.factory)().await {
+            Some(store) => store,
+            None => panic!("the backend's factory gave a store for the case, then none"),
+        }
+    }
+}
+
+/// The timings of [`Ctx::short_leases`].
+pub fn short_timings() -> Timings {
+    match Timings::builder()
+        .lease(SHORT_LEASE)
+        .renew(Duration::from_millis(50))
+        .deadline(Duration::from_millis(250))
+        .grace(Duration::from_millis(200))
+        .build()
+    {
+        Ok(t) => t,
+        Err(e) => panic!("the suite's short timings are invalid: {e}"),
+    }
+}
+
+/// A case that failed: its name and what it asserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseFailure {
+    /// The case's name.
+    pub case: &'static str,
+    /// The panic message of the failed assertion.
+    pub message: String,
+}
+
+impl fmt::Display for CaseFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "conformance case `{}` failed: {}",
+            self.case, self.message
+        )
+    }
+}
+
+impl std::error::Error for CaseFailure {}
+
+/// What running one case came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every assertion held.
+    Passed,
+    /// The factory gave no store: the backend is not configured here.
+    Skipped,
+    /// An assertion failed.
+    Failed(CaseFailure),
+}
+
+/// Boxes a factory function for [`run_case`].
+pub fn factory<F, Fut>(f: F) -> Factory
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<Arc<dyn LeaseStore>>> + Send + 'static,
+{
+    Arc::new(move || Box::pin(f()))
+}
+
+/// Runs the case `case` (named `name`) on a runtime of its own, against a
+/// fresh store from `factory`, migrated first.
+pub fn run_case(name: &'static str, case: CaseFn, factory: &Factory) -> Outcome {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return Outcome::Failed(CaseFailure {
+                case: name,
+                message: format!("could not start a tokio runtime: {e}"),
+            });
+        }
+    };
+    let factory = factory.clone();
+    let outcome = runtime.block_on(async move {
+        let task = tokio::spawn(async move {
+            let Some(store) = factory().await else {
+                return false;
+            };
+            if let Err(e) = store.migrate().await {
+                panic!("migrate() failed on the fresh store: {e}");
+            }
+            let ctx = Ctx {
+                store: Arc::new(CountingStore::new(store)),
+                factory,
+                prefix: format!("{name}-{}", unique_suffix()),
+                instances: AtomicU64::new(0),
+            };
+            case(ctx).await;
+            true
+        });
+        task.await
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match outcome {
+        Ok(true) => Outcome::Passed,
+        Ok(false) => Outcome::Skipped,
+        Err(e) => Outcome::Failed(CaseFailure {
+            case: name,
+            message: if e.is_panic() {
+                panic_message(e.into_panic())
+            } else {
+                "the case's task was cancelled".to_owned()
+            },
+        }),
+    }
+}
+
+/// Runs the case and panics with its failure: what each generated `#[test]`
+/// does.
+pub fn run_test(name: &'static str, case: CaseFn, factory: &Factory) {
+    match run_case(name, case, factory) {
+        Outcome::Passed => {}
+        Outcome::Skipped => {
+            eprintln!("conformance case `{name}` skipped: the backend is not configured");
+        }
+        Outcome::Failed(failure) => panic!("{failure}"),
+    }
+}
+
+/// Runs every case of the suite against `factory`, one after another, and
+/// returns each one's outcome, in the order of [`CASES`](crate::CASES).
+pub fn run_all(factory: &Factory) -> Vec<(&'static str, Outcome)> {
+    crate::CASES
+        .iter()
+        .map(|&(name, case)| (name, run_case(name, case, factory)))
+        .collect()
+}
+
+/// The case of the suite called `name`.
+pub fn case(name: &str) -> Option<CaseFn> {
+    crate::CASES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, case)| case)
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(s) => *s,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(s) => (*s).to_owned(),
+            Err(_) => "the case panicked with a value that is not a string".to_owned(),
+        },
+    }
+}
+
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:x}{n}", std::process::id(), nanos & 0xffff_ffff)
+}
+
+/// The URL of the database a backend's tests run against, from the
+/// environment variable `var`, under the suite's policy:
+///
+/// - set: the URL; a database that then cannot be reached fails the tests;
+/// - unset, with `CI=true`: panics, so that CI never passes a backend it did
+///   not test;
+/// - unset otherwise: `None` after a note on stderr; the tests skip.
+///
+/// # Panics
+///
+/// When `var` is unset and `CI` is `true`.
+pub fn env_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+            panic!("{var} is not set, and CI=true forbids skipping the tests that need it")
+        }
+        _ => {
+            eprintln!("{var} is not set: skipping the tests that need this database");
+            None
+        }
+    }
+}

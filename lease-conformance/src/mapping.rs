@@ -1,0 +1,152 @@
+//! Which cases check which statement and behaviour of the specification.
+
+/// Each behaviour of the specification, with the cases that check it. A
+/// test of this crate asserts that every case named here exists and that
+/// every case of the suite is named here at least once.
+pub static MAPPING: &[(&str, &[&str])] = &[
+    (
+        "claim: a new name is inserted with term 1 (insert-if-absent)",
+        &[
+            "claim_of_new_name_starts_at_term_one",
+            "concurrent_claims_of_fresh_name_have_one_winner",
+        ],
+    ),
+    (
+        "claim: 0 rows while held: refused, term unchanged",
+        &["claim_of_held_name_is_refused_and_term_unchanged"],
+    ),
+    (
+        "claim: an expired or released name is taken with term + 1 and a new token",
+        &[
+            "claim_after_expiry_takes_over_with_next_term",
+            "claim_after_release_takes_over_with_next_term_and_new_token",
+            "reclaim_by_same_process_moves_the_term",
+        ],
+    ),
+    (
+        "claim: concurrent claimants, one winner, no error (insert race reads as 0 rows)",
+        &[
+            "concurrent_claims_of_fresh_name_have_one_winner",
+            "concurrent_claims_of_expired_name_have_one_winner",
+        ],
+    ),
+    (
+        "names: compared exactly; at most 191 bytes; validated before any SQL",
+        &[
+            "names_compare_exactly",
+            "name_of_maximum_length_is_claimed_whole",
+            "overlong_name_is_refused_before_any_statement",
+            "empty_name_is_refused_before_any_statement",
+        ],
+    ),
+    (
+        "renew: extends by the lease from the database's now; 0 rows: lost",
+        &[
+            "renew_keeps_name_past_lease_duration",
+            "renew_twice_in_a_row_is_still_held",
+            "renew_extends_the_lease_from_now",
+            "renew_after_takeover_is_lost",
+            "renew_after_expiry_is_lost_even_without_successor",
+            "renew_after_release_is_lost",
+        ],
+    ),
+    (
+        "verify: the term while held; lost when taken, released or expired",
+        &[
+            "verify_while_held_returns_term",
+            "verify_after_release_is_lost",
+            "verify_after_expiry_without_successor_is_lost",
+            "verify_tells_old_holder_from_successor",
+        ],
+    ),
+    (
+        "release: frees the name at once; 0 rows: already gone",
+        &[
+            "release_frees_name_at_once",
+            "release_after_takeover_is_lost_and_leaves_successor",
+        ],
+    ),
+    (
+        ":now is the database clock in UTC milliseconds; expiry judged by it",
+        &[
+            "database_clock_is_utc_millis_near_process_clock",
+            "expiry_is_judged_by_database_clock",
+        ],
+    ),
+    (
+        "the table: created idempotently, safely by many replicas at once; Available",
+        &[
+            "migrate_again_keeps_existing_leases",
+            "concurrent_migrations_of_a_new_table_all_succeed",
+            "available_on_a_reachable_database",
+        ],
+    ),
+    (
+        "claim an instant: free name and a later instant; records slot and unfinished; insert with both slots",
+        &[
+            "slot_claim_of_new_name_records_the_instant",
+            "slot_claim_while_held_is_refused",
+            "slot_claim_not_later_than_last_is_refused",
+            "instants_are_claimed_once_and_in_order",
+            "concurrent_slot_claims_have_one_winner",
+            "plain_and_slot_claims_share_the_term",
+            "slot_claim_of_epoch_instant_is_refused",
+        ],
+    ),
+    (
+        "claim an instant: an unfinished instant is given up and reported (Superseded, with Rerun)",
+        &[
+            "slot_claim_gives_up_cut_short_round",
+            "slot_claim_gives_up_round_whose_lease_expired",
+            "slot_claim_after_finished_round_gives_nothing_up",
+            "superseded_instant_reports_its_rerun",
+        ],
+    ),
+    (
+        "finish: records the end and gives the name back; passed taken along unless in the database's future",
+        &[
+            "finish_while_holding_records_end_and_frees_name",
+            "finish_takes_overrun_passed_along",
+            "finish_does_not_take_along_passed_in_database_future",
+            "finish_with_passed_before_its_instant_keeps_it",
+            "finish_of_plain_claim_is_refused",
+        ],
+    ),
+    (
+        "finish: 0 rows: the end recorded without the lease unless a later instant was claimed; ErrLost unless known lost",
+        &[
+            "finish_after_name_changed_hands_records_end_and_is_lost",
+            "finish_after_later_instant_claimed_records_nothing",
+            "finish_on_known_lost_handle_records_end_without_giving_back",
+        ],
+    ),
+    (
+        "find: unfinished instants free to claim again, for many names in one statement",
+        &[
+            "unfinished_found_only_after_expiry",
+            "unfinished_found_at_once_after_release",
+            "finished_round_is_never_unfinished",
+            "unfinished_of_many_names_found_in_one_statement",
+        ],
+    ),
+    (
+        "claim again: once, held to the term found; refused when rerun, finished, superseded or held",
+        &[
+            "rerun_claims_a_cut_short_instant_exactly_once",
+            "concurrent_rerun_claims_have_one_winner",
+            "stale_rerun_claim_is_refused_by_its_term",
+            "rerun_refused_after_first_round_recorded_finished",
+            "rerun_refused_after_later_instant_claimed",
+            "rerun_refused_while_name_held",
+            "rerun_round_finishes_like_any_other",
+        ],
+    ),
+    (
+        "last: the last instant on record, none for a name never claimed",
+        &[
+            "last_slot_of_never_claimed_name_is_none",
+            "last_slot_of_plainly_claimed_name_is_none",
+            "last_slot_follows_the_rounds",
+        ],
+    ),
+];

@@ -1,0 +1,486 @@
+//! A reference store in memory, and the faults that break it on purpose.
+//!
+//! [`MemoryStore`] implements the protocol in plain Rust over a mutex: the
+//! model the suite is checked against. Built with a [`Fault`], it breaks one
+//! rule of the protocol, the way a backend might by mistake, and the suite's
+//! own tests show that the matching cases then fail. It keeps nothing across
+//! processes, so it is no backend for production.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
+
+/// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Claims ignore expiry: a held name is taken.
+    IgnoresExpiry,
+    /// The term never moves past 1.
+    FrozenTerm,
+    /// A claim reads, yields, then writes: concurrent claimants can all win.
+    RacyClaim,
+    /// A renewal matches the name only, not the holder.
+    RenewIgnoresHolder,
+    /// A renewal matches an expired lease.
+    RenewIgnoresExpiry,
+    /// A renewal does not move the expiry.
+    RenewDoesNotExtend,
+    /// verify matches an expired lease.
+    VerifyIgnoresExpiry,
+    /// A release reports success but leaves the lease to run out.
+    ReleaseKeepsLease,
+    /// Names compare without case.
+    CaseInsensitiveNames,
+    /// Trailing spaces are ignored when names compare (SQL's PAD SPACE).
+    PadSpaceNames,
+    /// The clock counts seconds, not milliseconds.
+    ClockInSeconds,
+    /// An instant claim does not require a later instant.
+    SlotOrderIgnored,
+    /// An instant claim reports nothing given up.
+    SupersededNotReported,
+    /// finish takes `passed` along even when it is in the database's future.
+    FinishTakesFuturePassed,
+    /// finish's fallback records the end whatever instant is unfinished.
+    FinishFallbackIgnoresSlot,
+    /// finish without the lease records nothing.
+    FinishWithoutLeaseRecordsNothing,
+    /// find ignores expiry: instants of rounds still running are found.
+    FindIgnoresExpiry,
+    /// Claim again does not compare the term.
+    RerunIgnoresTerm,
+    /// Claim again does not mark the instant as rerun.
+    RerunNotRecorded,
+    /// migrate fails when the table exists already.
+    MigrateNotIdempotent,
+}
+
+impl Fault {
+    /// Every fault, with the cases of the suite that must fail under it.
+    pub const CAUGHT_BY: &'static [(Fault, &'static [&'static str])] = &[
+        (
+            Fault::IgnoresExpiry,
+            &[
+                "claim_of_held_name_is_refused_and_term_unchanged",
+                "concurrent_claims_of_fresh_name_have_one_winner",
+            ],
+        ),
+        (
+            Fault::FrozenTerm,
+            &[
+                "claim_after_expiry_takes_over_with_next_term",
+                "claim_after_release_takes_over_with_next_term_and_new_token",
+            ],
+        ),
+        (
+            Fault::RacyClaim,
+            &[
+                "concurrent_claims_of_fresh_name_have_one_winner",
+                "concurrent_claims_of_expired_name_have_one_winner",
+            ],
+        ),
+        (Fault::RenewIgnoresHolder, &["renew_after_takeover_is_lost"]),
+        (
+            Fault::RenewIgnoresExpiry,
+            &["renew_after_expiry_is_lost_even_without_successor"],
+        ),
+        (
+            Fault::RenewDoesNotExtend,
+            &[
+                "renew_keeps_name_past_lease_duration",
+                "renew_extends_the_lease_from_now",
+            ],
+        ),
+        (
+            Fault::VerifyIgnoresExpiry,
+            &[
+                "verify_after_expiry_without_successor_is_lost",
+                "verify_after_release_is_lost",
+            ],
+        ),
+        (Fault::ReleaseKeepsLease, &["release_frees_name_at_once"]),
+        (Fault::CaseInsensitiveNames, &["names_compare_exactly"]),
+        (Fault::PadSpaceNames, &["names_compare_exactly"]),
+        (
+            Fault::ClockInSeconds,
+            &["database_clock_is_utc_millis_near_process_clock"],
+        ),
+        (
+            Fault::SlotOrderIgnored,
+            &["slot_claim_not_later_than_last_is_refused"],
+        ),
+        (
+            Fault::SupersededNotReported,
+            &[
+                "slot_claim_gives_up_cut_short_round",
+                "superseded_instant_reports_its_rerun",
+            ],
+        ),
+        (
+            Fault::FinishTakesFuturePassed,
+            &["finish_does_not_take_along_passed_in_database_future"],
+        ),
+        (
+            Fault::FinishFallbackIgnoresSlot,
+            &["finish_after_later_instant_claimed_records_nothing"],
+        ),
+        (
+            Fault::FinishWithoutLeaseRecordsNothing,
+            &[
+                "finish_after_name_changed_hands_records_end_and_is_lost",
+                "finish_on_known_lost_handle_records_end_without_giving_back",
+            ],
+        ),
+        (
+            Fault::FindIgnoresExpiry,
+            &["unfinished_found_only_after_expiry"],
+        ),
+        (
+            Fault::RerunIgnoresTerm,
+            &["stale_rerun_claim_is_refused_by_its_term"],
+        ),
+        (
+            Fault::RerunNotRecorded,
+            &["rerun_claims_a_cut_short_instant_exactly_once"],
+        ),
+        (
+            Fault::MigrateNotIdempotent,
+            &["migrate_again_keeps_existing_leases"],
+        ),
+    ];
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    holder: String,
+    term: u64,
+    expires_at_ms: i64,
+    slot_ms: i64,
+    unfinished_slot_ms: i64,
+    rerun_slot_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    created: bool,
+    rows: HashMap<String, Row>,
+}
+
+/// The protocol in memory: a reference model, optionally with a [`Fault`].
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    fault: Option<Fault>,
+    table: Mutex<Table>,
+}
+
+impl MemoryStore {
+    /// A correct store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A store that breaks one rule.
+    pub fn with_fault(fault: Fault) -> Self {
+        MemoryStore {
+            fault: Some(fault),
+            table: Mutex::default(),
+        }
+    }
+
+    fn has(&self, fault: Fault) -> bool {
+        self.fault == Some(fault)
+    }
+
+    fn key(&self, name: &str) -> String {
+        if self.has(Fault::CaseInsensitiveNames) {
+            name.to_lowercase()
+        } else if self.has(Fault::PadSpaceNames) {
+            name.trim_end_matches(' ').to_owned()
+        } else {
+            name.to_owned()
+        }
+    }
+
+    fn now(&self) -> i64 {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        if self.has(Fault::ClockInSeconds) {
+            ms / 1000
+        } else {
+            ms
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Table) -> Result<T, BoxError>) -> Result<T, BoxError> {
+        let mut table = self
+            .table
+            .lock()
+            .map_err(|_| BoxError::from("the memory store's lock is poisoned"))?;
+        if !table.created {
+            return Err("no such table: the lease table was not migrated".into());
+        }
+        f(&mut table)
+    }
+
+    fn next_term(&self, term: u64) -> u64 {
+        if self.has(Fault::FrozenTerm) {
+            1
+        } else {
+            term + 1
+        }
+    }
+
+    fn new_row(holder: &str, expires_at_ms: i64, slot_ms: i64) -> Row {
+        Row {
+            holder: holder.to_owned(),
+            term: 1,
+            expires_at_ms,
+            slot_ms,
+            unfinished_slot_ms: slot_ms,
+            rerun_slot_ms: 0,
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        _instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError> {
+        let key = self.key(name);
+        if self.has(Fault::RacyClaim) {
+            let free = self.with(|t| {
+                let now = self.now();
+                Ok(t.rows.get(&key).is_none_or(|r| r.expires_at_ms <= now))
+            })?;
+            if !free {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            return self.with(|t| {
+                let now = self.now();
+                let term = t.rows.get(&key).map_or(1, |r| r.term + 1);
+                let row = t
+                    .rows
+                    .entry(key.clone())
+                    .or_insert_with(|| Self::new_row(holder, now + lease_ms, 0));
+                row.holder = holder.to_owned();
+                row.term = term;
+                row.expires_at_ms = now + lease_ms;
+                Ok(Some(term))
+            });
+        }
+        self.with(|t| {
+            let now = self.now();
+            match t.rows.get_mut(&key) {
+                None => {
+                    t.rows.insert(key, Self::new_row(holder, now + lease_ms, 0));
+                    Ok(Some(1))
+                }
+                Some(row) if row.expires_at_ms <= now || self.has(Fault::IgnoresExpiry) => {
+                    row.holder = holder.to_owned();
+                    row.term = self.next_term(row.term);
+                    row.expires_at_ms = now + lease_ms;
+                    Ok(Some(row.term))
+                }
+                Some(_) => Ok(None),
+            }
+        })
+    }
+
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        self.with(|t| {
+            let now = self.now();
+            match t.rows.get_mut(&self.key(name)) {
+                Some(row)
+                    if (row.holder == holder || self.has(Fault::RenewIgnoresHolder))
+                        && (row.expires_at_ms > now || self.has(Fault::RenewIgnoresExpiry)) =>
+                {
+                    if !self.has(Fault::RenewDoesNotExtend) {
+                        row.expires_at_ms = now + lease_ms;
+                    }
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+    }
+
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        self.with(|t| {
+            let now = self.now();
+            Ok(t.rows.get(&self.key(name)).and_then(|row| {
+                (row.holder == holder
+                    && (row.expires_at_ms > now || self.has(Fault::VerifyIgnoresExpiry)))
+                .then_some(row.term)
+            }))
+        })
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        self.with(|t| match t.rows.get_mut(&self.key(name)) {
+            Some(row) if row.holder == holder => {
+                if !self.has(Fault::ReleaseKeepsLease) {
+                    row.expires_at_ms = 0;
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        _instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        self.with(|t| {
+            let now = self.now();
+            let key = self.key(name);
+            let Some(row) = t.rows.get_mut(&key) else {
+                t.rows
+                    .insert(key, Self::new_row(holder, now + lease_ms, slot_ms));
+                return Ok(SlotClaim::Claimed {
+                    term: 1,
+                    superseded: None,
+                });
+            };
+            let later = slot_ms > row.slot_ms || self.has(Fault::SlotOrderIgnored);
+            if row.expires_at_ms > now || !later {
+                return Ok(SlotClaim::Refused);
+            }
+            let superseded = (row.unfinished_slot_ms != 0
+                && row.unfinished_slot_ms == row.slot_ms
+                && !self.has(Fault::SupersededNotReported))
+            .then_some(SupersededSlot {
+                slot_ms: row.slot_ms,
+                rerun: row.rerun_slot_ms == row.slot_ms,
+            });
+            row.holder = holder.to_owned();
+            row.term = self.next_term(row.term);
+            row.expires_at_ms = now + lease_ms;
+            row.slot_ms = slot_ms;
+            row.unfinished_slot_ms = slot_ms;
+            Ok(SlotClaim::Claimed {
+                term: row.term,
+                superseded,
+            })
+        })
+    }
+
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError> {
+        self.with(|t| {
+            let now = self.now();
+            let Some(row) = t.rows.get_mut(&self.key(name)) else {
+                return Ok(Finished::NotRecorded);
+            };
+            if holder.is_some_and(|h| h == row.holder) {
+                row.expires_at_ms = 0;
+                row.unfinished_slot_ms = 0;
+                let in_reach = passed_ms <= now || self.has(Fault::FinishTakesFuturePassed);
+                if passed_ms > row.slot_ms && in_reach {
+                    row.slot_ms = passed_ms;
+                }
+                return Ok(Finished::Released);
+            }
+            if self.has(Fault::FinishWithoutLeaseRecordsNothing) {
+                return Ok(Finished::NotRecorded);
+            }
+            if row.unfinished_slot_ms == slot_ms || self.has(Fault::FinishFallbackIgnoresSlot) {
+                row.unfinished_slot_ms = 0;
+                Ok(Finished::RecordedWithoutLease)
+            } else {
+                Ok(Finished::NotRecorded)
+            }
+        })
+    }
+
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        self.with(|t| {
+            let now = self.now();
+            Ok(names
+                .iter()
+                .filter_map(|name| {
+                    let row = t.rows.get(&self.key(name))?;
+                    (row.unfinished_slot_ms == row.slot_ms
+                        && row.rerun_slot_ms < row.slot_ms
+                        && (row.expires_at_ms <= now || self.has(Fault::FindIgnoresExpiry)))
+                    .then(|| UnfinishedRow {
+                        name: (*name).to_owned(),
+                        term: row.term,
+                        slot_ms: row.slot_ms,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        _instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError> {
+        self.with(|t| {
+            let now = self.now();
+            match t.rows.get_mut(&self.key(name)) {
+                Some(row)
+                    if (row.term == term || self.has(Fault::RerunIgnoresTerm))
+                        && row.unfinished_slot_ms == row.slot_ms
+                        && row.rerun_slot_ms < row.slot_ms
+                        && row.expires_at_ms <= now =>
+                {
+                    row.holder = holder.to_owned();
+                    row.term = self.next_term(row.term);
+                    row.expires_at_ms = now + lease_ms;
+                    if !self.has(Fault::RerunNotRecorded) {
+                        row.rerun_slot_ms = row.slot_ms;
+                    }
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        self.with(|t| Ok(t.rows.get(&self.key(name)).map(|row| row.slot_ms)))
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        Ok(self.now())
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        let mut table = self
+            .table
+            .lock()
+            .map_err(|_| BoxError::from("the memory store's lock is poisoned"))?;
+        if table.created && self.has(Fault::MigrateNotIdempotent) {
+            return Err("table already exists".into());
+        }
+        table.created = true;
+        Ok(())
+    }
+}
