@@ -1,1 +1,10 @@
-//! SQLite backend (in progress).
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod error;
+mod schema;
+mod sql;
+mod store;
+
+pub use error::SqliteError;
+pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder};

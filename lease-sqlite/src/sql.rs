@@ -1,0 +1,294 @@
+//! Every statement the store runs.
+//!
+//! Each statement is a function of the quoted table name only (or a `const`):
+//! everything else is a bound parameter. The table name itself is validated
+//! by [`Table::new`] (ASCII letters, digits and underscores) before it is
+//! quoted, so nothing a caller passes at run time is ever formatted into SQL.
+//!
+//! The clock is SQLite's, read in the statement itself ([`NOW`]). SQLite
+//! reads `'now'` once per statement step, so every mention of [`NOW`] in a
+//! statement sees the same instant.
+
+use crate::error::SqliteError;
+
+/// The default table name: the specification's.
+pub(crate) const DEFAULT_TABLE: &str = "gst_leases";
+
+/// The longest table name accepted, in bytes (PostgreSQL's limit, so one name
+/// works on every backend).
+pub(crate) const MAX_TABLE_BYTES: usize = 63;
+
+/// SQLite's clock in whole UTC milliseconds since the UNIX epoch.
+///
+/// `unixepoch('subsec')` is SQLite's millisecond clock divided by 1000.0; the
+/// product is rounded, not truncated, so that a value such as
+/// `1764463527.123 * 1000 = 1764463527122.9998` reads as `...123`.
+pub(crate) const NOW: &str = "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
+
+/// Reads the clock.
+pub(crate) const SELECT_NOW: &str = "SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
+
+/// Asks for write-ahead logging; answers the journal mode in effect.
+pub(crate) const JOURNAL_MODE_WAL: &str = "PRAGMA journal_mode = WAL";
+
+/// A validated table name, with its quoted form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Table {
+    name: String,
+    quoted: String,
+}
+
+impl Table {
+    /// Accepts `name` if it is a plain identifier: ASCII letters, digits and
+    /// underscores, not starting with a digit, at most 63 bytes, and not in
+    /// SQLite's reserved `sqlite_` namespace.
+    pub(crate) fn new(name: &str) -> Result<Self, SqliteError> {
+        let refuse = |reason| {
+            Err(SqliteError::InvalidTable {
+                table: name.to_owned(),
+                reason,
+            })
+        };
+        let Some(first) = name.bytes().next() else {
+            return refuse("the name is empty");
+        };
+        if name.len() > MAX_TABLE_BYTES {
+            return refuse("the name is longer than 63 bytes");
+        }
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return refuse("only ASCII letters, digits and underscores are allowed");
+        }
+        if first.is_ascii_digit() {
+            return refuse("the name starts with a digit");
+        }
+        if name
+            .get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("sqlite_"))
+        {
+            return refuse("names starting with sqlite_ are reserved by SQLite");
+        }
+        Ok(Table {
+            name: name.to_owned(),
+            quoted: format!("\"{name}\""),
+        })
+    }
+
+    /// The name as given.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name quoted as an SQL identifier.
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
+    }
+}
+
+/// The statements of one table, formatted once when the store opens.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) table: Table,
+    /// `CREATE TABLE IF NOT EXISTS`, see [`crate::schema`].
+    pub(crate) create_table: String,
+    /// Params: name, holder, instance, lease_ms. Returns the new term; no row
+    /// when someone holds the name.
+    pub(crate) claim: String,
+    /// Params: name, holder, lease_ms. Rows changed: 1 held, 0 lost.
+    pub(crate) renew: String,
+    /// Params: name, holder. Returns the term while held.
+    pub(crate) verify: String,
+    /// Params: name, holder. Rows changed: 1 released, 0 already gone.
+    pub(crate) release: String,
+    /// Params: name. Returns term, slot_ms, unfinished_slot_ms,
+    /// rerun_slot_ms, expired.
+    pub(crate) slot_read: String,
+    /// Params: name, holder, instance, slot_ms, lease_ms. Rows changed: 1
+    /// inserted, 0 someone was first.
+    pub(crate) slot_insert: String,
+    /// Params: name, holder, instance, slot_ms, lease_ms, term read. Rows
+    /// changed: 1 claimed, 0 someone was first.
+    pub(crate) slot_update: String,
+    /// Params: name, holder (NULL for none), slot_ms, passed_ms. Returns
+    /// whether the holder branch applied; no row when nothing changed.
+    pub(crate) finish: String,
+    /// Params: name, term, holder, instance, lease_ms. Rows changed: 1 claimed.
+    pub(crate) claim_rerun: String,
+    /// Params: name. Returns slot_ms.
+    pub(crate) last_slot: String,
+}
+
+impl Statements {
+    pub(crate) fn new(table: Table) -> Self {
+        let t = table.quoted();
+        Statements {
+            create_table: crate::schema::create_table(t),
+            claim: claim(t),
+            renew: renew(t),
+            verify: verify(t),
+            release: release(t),
+            slot_read: slot_read(t),
+            slot_insert: slot_insert(t),
+            slot_update: slot_update(t),
+            finish: finish(t),
+            claim_rerun: claim_rerun(t),
+            last_slot: last_slot(t),
+            table,
+        }
+    }
+}
+
+/// Claim, with its insert-if-absent, in one statement: the insert of a new
+/// row, or the takeover of an expired one; `RETURNING` answers the term, and
+/// nothing when the `DO UPDATE` condition refused (the name is held).
+fn claim(t: &str) -> String {
+    format!(
+        "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms, \
+                               slot_ms, unfinished_slot_ms, rerun_slot_ms) \
+         VALUES (?1, ?2, ?3, 1, {NOW} + ?4, 0, 0, 0) \
+         ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             instance = excluded.instance, term = l.term + 1, \
+             expires_at_ms = excluded.expires_at_ms \
+          WHERE l.expires_at_ms <= {NOW} \
+         RETURNING term"
+    )
+}
+
+fn renew(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET expires_at_ms = {NOW} + ?3 \
+          WHERE name = ?1 AND holder = ?2 AND expires_at_ms > {NOW}"
+    )
+}
+
+fn verify(t: &str) -> String {
+    format!("SELECT term FROM {t} WHERE name = ?1 AND holder = ?2 AND expires_at_ms > {NOW}")
+}
+
+fn release(t: &str) -> String {
+    format!("UPDATE {t} SET expires_at_ms = 0 WHERE name = ?1 AND holder = ?2")
+}
+
+fn slot_read(t: &str) -> String {
+    format!(
+        "SELECT term, slot_ms, unfinished_slot_ms, rerun_slot_ms, expires_at_ms <= {NOW} \
+           FROM {t} WHERE name = ?1"
+    )
+}
+
+fn slot_insert(t: &str) -> String {
+    format!(
+        "INSERT INTO {t} (name, holder, instance, term, expires_at_ms, \
+                          slot_ms, unfinished_slot_ms, rerun_slot_ms) \
+         VALUES (?1, ?2, ?3, 1, {NOW} + ?5, ?4, ?4, 0) \
+         ON CONFLICT (name) DO NOTHING"
+    )
+}
+
+fn slot_update(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET holder = ?2, instance = ?3, term = term + 1, \
+             expires_at_ms = {NOW} + ?5, slot_ms = ?4, unfinished_slot_ms = ?4 \
+          WHERE name = ?1 AND term = ?6 AND expires_at_ms <= {NOW} AND slot_ms < ?4"
+    )
+}
+
+/// Finish in one statement. The row matches either branch of the trait's
+/// two statements: the holder's (`holder = ?2`: give the name back, take
+/// `passed` along) or, failing that, the fallback's (`unfinished_slot_ms =
+/// ?3`: record the end only). With no holder, `?2` is NULL and `holder = ?2`
+/// is never true. `RETURNING` says which branch applied.
+fn finish(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET \
+             expires_at_ms = CASE WHEN holder = ?2 THEN 0 ELSE expires_at_ms END, \
+             slot_ms = CASE WHEN holder = ?2 AND ?4 > slot_ms AND ?4 <= {NOW} \
+                            THEN ?4 ELSE slot_ms END, \
+             unfinished_slot_ms = 0 \
+          WHERE name = ?1 AND (holder = ?2 OR unfinished_slot_ms = ?3) \
+         RETURNING coalesce(holder = ?2, 0)"
+    )
+}
+
+/// Find the unfinished instants of `count` names (`count >= 1`) in one
+/// statement: `name IN (?1, ..., ?count)`.
+pub(crate) fn find_unfinished(t: &str, count: usize) -> String {
+    let mut placeholders = String::with_capacity(count * 6);
+    for i in 1..=count {
+        if i > 1 {
+            placeholders.push_str(", ");
+        }
+        placeholders.push('?');
+        placeholders.push_str(&i.to_string());
+    }
+    format!(
+        "SELECT name, term, slot_ms FROM {t} \
+          WHERE name IN ({placeholders}) AND unfinished_slot_ms = slot_ms \
+            AND rerun_slot_ms < slot_ms AND expires_at_ms <= {NOW}"
+    )
+}
+
+fn claim_rerun(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET holder = ?3, instance = ?4, term = term + 1, \
+             expires_at_ms = {NOW} + ?5, rerun_slot_ms = slot_ms \
+          WHERE name = ?1 AND term = ?2 AND unfinished_slot_ms = slot_ms \
+            AND rerun_slot_ms < slot_ms AND expires_at_ms <= {NOW}"
+    )
+}
+
+fn last_slot(t: &str) -> String {
+    format!("SELECT slot_ms FROM {t} WHERE name = ?1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(name: &str) -> bool {
+        matches!(Table::new(name), Err(SqliteError::InvalidTable { .. }))
+    }
+
+    #[test]
+    fn plain_identifiers_are_accepted_and_quoted() {
+        for name in ["gst_leases", "_x", "Leases2", "a", &"x".repeat(63)] {
+            let table = Table::new(name).expect(name);
+            assert_eq!(table.name(), name);
+            assert_eq!(table.quoted(), format!("\"{name}\""));
+        }
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for name in [
+            "",
+            "1leases",
+            "gst-leases",
+            "gst leases",
+            "gst\"leases",
+            "leases;drop",
+            "lé",
+            "main.leases",
+            &"x".repeat(64),
+            "sqlite_leases",
+            "SQLITE_x",
+        ] {
+            assert!(refused(name), "{name:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_refusal_names_the_table_and_the_reason() {
+        let err = Table::new("9lives").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"invalid lease table name "9lives": the name starts with a digit"#
+        );
+    }
+
+    #[test]
+    fn find_unfinished_has_one_placeholder_per_name() {
+        let sql = find_unfinished("\"t\"", 3);
+        assert!(sql.contains("name IN (?1, ?2, ?3)"), "{sql}");
+        assert!(find_unfinished("\"t\"", 1).contains("name IN (?1)"));
+    }
+}

@@ -1,0 +1,675 @@
+//! [`SqliteStore`]: the protocol's statements on one SQLite connection.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
+
+use crate::error::SqliteError;
+use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
+
+/// How long a statement waits for another connection's write lock on the
+/// same file before it fails, unless the builder says otherwise.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most names one `find_unfinished` statement binds. SQLite refuses
+/// statements with more than 32766 parameters; a longer list is answered by
+/// one statement per this many names, all on the same call.
+const MAX_NAMES_PER_STATEMENT: usize = 32_000;
+
+/// A [`LeaseStore`] on an SQLite database: a file, or memory.
+///
+/// The store owns **one** connection, used off the async runtime (every call
+/// runs on tokio's blocking pool and takes the connection in turn). Several
+/// stores, in one process or in many, can share a file: each statement that
+/// writes takes SQLite's write lock, waiting up to the
+/// [busy timeout](SqliteStoreBuilder::busy_timeout) for it, and the instant
+/// claim reads and writes inside one `BEGIN IMMEDIATE` transaction.
+///
+/// Files are opened in WAL journal mode, so readers never wait for the
+/// writer. Expiry is judged by SQLite's clock, read in each statement:
+/// `unixepoch('subsec')`, in UTC milliseconds.
+///
+/// Cloning is cheap: clones share the connection.
+///
+/// # Examples
+///
+/// ```
+/// use lease_sqlite::SqliteStore;
+///
+/// # fn main() -> Result<(), lease_sqlite::SqliteError> {
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let store = SqliteStore::builder()
+///     .path(dir.path().join("leases.db"))
+///     .table("app_leases")
+///     .busy_timeout(std::time::Duration::from_secs(2))
+///     .open()?;
+/// assert_eq!(store.table(), "app_leases");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Mutex<Connection>,
+    sql: Statements,
+    /// `None` for an in-memory database.
+    path: Option<PathBuf>,
+    busy_timeout: Duration,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let database = match &self.inner.path {
+            Some(path) => path.display().to_string(),
+            None => MEMORY.to_owned(),
+        };
+        f.debug_struct("SqliteStore")
+            .field("database", &database)
+            .field("table", &self.inner.sql.table.name())
+            .field("busy_timeout", &self.inner.busy_timeout)
+            .finish()
+    }
+}
+
+const MEMORY: &str = ":memory:";
+
+/// Where a store's database is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Database {
+    File(PathBuf),
+    Memory,
+}
+
+/// Builds a [`SqliteStore`]: the database (a [`path`](Self::path) or
+/// [`in_memory`](Self::in_memory)), the [`table`](Self::table) and the
+/// [`busy_timeout`](Self::busy_timeout).
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until open() is called"]
+pub struct SqliteStoreBuilder {
+    database: Option<Database>,
+    table: String,
+    busy_timeout: Duration,
+}
+
+impl Default for SqliteStoreBuilder {
+    fn default() -> Self {
+        SqliteStoreBuilder {
+            database: None,
+            table: DEFAULT_TABLE.to_owned(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
+}
+
+impl SqliteStoreBuilder {
+    /// The database file, created if missing (its directory must exist).
+    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.database = Some(Database::File(path.into()));
+        self
+    }
+
+    /// A private in-memory database, gone with the store: for tests and for
+    /// a single process that coordinates only with itself.
+    pub fn in_memory(mut self) -> Self {
+        self.database = Some(Database::Memory);
+        self
+    }
+
+    /// The lease table (default `gst_leases`): ASCII letters, digits and
+    /// underscores, not starting with a digit, at most 63 bytes. Checked by
+    /// [`open`](Self::open).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// How long a statement waits for the write lock another connection on
+    /// the same file holds before it fails (default 5 seconds). Keep it
+    /// within the protocol's bound on its own statements, half the local
+    /// deadline, or a call may outlive the coordinator's wait for it.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Opens the database: creates the file if missing, switches it to WAL
+    /// and sets the busy timeout. It does not create the table: see
+    /// [`LeaseStore::migrate`] (or [`Leases::migrate`](lease_core::Leases::migrate)).
+    ///
+    /// This blocks while SQLite opens the file; from async code, call it
+    /// through [`tokio::task::spawn_blocking`] if that matters.
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::MissingDatabase`] when neither a path nor in-memory was
+    /// given; [`SqliteError::InvalidTable`] for a table name that is not a
+    /// plain identifier; [`SqliteError::Open`] when SQLite cannot open or
+    /// configure the database; [`SqliteError::WalUnavailable`] when a file
+    /// cannot be switched to WAL.
+    pub fn open(self) -> Result<SqliteStore, SqliteError> {
+        let table = Table::new(&self.table)?;
+        let database = self.database.ok_or(SqliteError::MissingDatabase)?;
+        let (conn, path) = match database {
+            Database::File(path) => {
+                let conn = Connection::open(&path).map_err(|source| SqliteError::Open {
+                    path: path.clone(),
+                    source,
+                })?;
+                (conn, Some(path))
+            }
+            Database::Memory => {
+                let conn = Connection::open_in_memory().map_err(|source| SqliteError::Open {
+                    path: PathBuf::from(MEMORY),
+                    source,
+                })?;
+                (conn, None)
+            }
+        };
+        let failed = |source| SqliteError::Open {
+            path: path.clone().unwrap_or_else(|| PathBuf::from(MEMORY)),
+            source,
+        };
+        conn.busy_timeout(self.busy_timeout).map_err(failed)?;
+        if let Some(path) = &path {
+            let mode: String = conn
+                .query_row(sql::JOURNAL_MODE_WAL, [], |row| row.get(0))
+                .map_err(failed)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(SqliteError::WalUnavailable {
+                    path: path.clone(),
+                    mode,
+                });
+            }
+        }
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                sql: Statements::new(table),
+                path,
+                busy_timeout: self.busy_timeout,
+            }),
+        })
+    }
+}
+
+impl SqliteStore {
+    /// A builder, to choose the table or the busy timeout.
+    pub fn builder() -> SqliteStoreBuilder {
+        SqliteStoreBuilder::default()
+    }
+
+    /// Opens (creating it if missing) the database file at `path`, with the
+    /// default table `gst_leases` and busy timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStoreBuilder::open`].
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, SqliteError> {
+        Self::builder().path(path).open()
+    }
+
+    /// Opens a private in-memory database with the default table.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStoreBuilder::open`].
+    pub fn open_in_memory() -> Result<Self, SqliteError> {
+        Self::builder().in_memory().open()
+    }
+
+    /// Opens the database a URL names: `sqlite://path` (so
+    /// `sqlite:///var/lib/app/leases.db` for an absolute path),
+    /// `sqlite:path`, or `sqlite::memory:` for a private in-memory database.
+    /// The table is `gst_leases`; use [`builder`](Self::builder) for another.
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::InvalidUrl`] for any other URL (query parameters
+    /// included); otherwise as [`SqliteStoreBuilder::open`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let store = lease_sqlite::SqliteStore::connect("sqlite::memory:")?;
+    /// assert_eq!(store.path(), None);
+    /// # Ok::<(), lease_sqlite::SqliteError>(())
+    /// ```
+    pub fn connect(url: &str) -> Result<Self, SqliteError> {
+        let builder = Self::builder();
+        match parse_url(url)? {
+            Database::File(path) => builder.path(path),
+            Database::Memory => builder.in_memory(),
+        }
+        .open()
+    }
+
+    /// The database file, or `None` for an in-memory database.
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// The lease table's name.
+    #[must_use]
+    pub fn table(&self) -> &str {
+        self.inner.sql.table.name()
+    }
+
+    /// Runs `f` on the connection, on tokio's blocking pool.
+    ///
+    /// Cancel safety: once spawned, the blocking task cannot be stopped, so a
+    /// dropped call may still run. Dropping the future marks the call
+    /// abandoned, and an abandoned call that has not reached the connection
+    /// yet (it was queued behind others) does not run at all. A call that did
+    /// run left no transaction open: `f` commits or drops (rolls back) its
+    /// own, and the connection is checked for one left open before each call.
+    async fn run<T, F>(&self, f: F) -> Result<T, BoxError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Statements) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
+        let task = tokio::task::spawn_blocking(move || {
+            let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            if abandoned.load(Ordering::SeqCst) {
+                return None;
+            }
+            Some(run_on(&mut conn, &inner.sql, f))
+        });
+        match task.await {
+            Ok(Some(result)) => result.map_err(Into::into),
+            Ok(None) => Err("the SQLite call was abandoned before it ran".into()),
+            Err(join) => Err(join.into()),
+        }
+    }
+}
+
+/// Runs `f` on a connection with no transaction open.
+fn run_on<T>(
+    conn: &mut Connection,
+    sql: &Statements,
+    f: impl FnOnce(&mut Connection, &Statements) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    if !conn.is_autocommit() {
+        // Only a panic in the middle of a call could leave one open.
+        conn.execute_batch("ROLLBACK")?;
+    }
+    f(conn, sql)
+}
+
+/// Marks a call abandoned when its future is dropped (or has returned, when
+/// the mark no longer matters).
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Parses `sqlite://path`, `sqlite:path` and `sqlite::memory:`.
+fn parse_url(url: &str) -> Result<Database, SqliteError> {
+    let invalid = |reason| Err(SqliteError::InvalidUrl { reason });
+    let Some(rest) = url
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("sqlite:"))
+        .and_then(|_| url.get(7..))
+    else {
+        return invalid(
+            "the scheme must be sqlite: (sqlite://path, sqlite:path or sqlite::memory:)",
+        );
+    };
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    if rest.contains('?') || rest.contains('#') {
+        return invalid(
+            "query parameters are not supported: use SqliteStore::builder() for options",
+        );
+    }
+    match rest {
+        "" => invalid("the URL names no database file"),
+        MEMORY => Ok(Database::Memory),
+        path => Ok(Database::File(PathBuf::from(path))),
+    }
+}
+
+/// Reads a term: SQLite stores it as a (signed) INTEGER, never negative.
+fn term_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    let term: i64 = row.get(idx)?;
+    u64::try_from(term).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, term))
+}
+
+/// The row an instant claim reads before it writes.
+struct SlotRow {
+    term: i64,
+    slot_ms: i64,
+    unfinished_slot_ms: i64,
+    rerun_slot_ms: i64,
+    expired: bool,
+}
+
+/// Claims an instant inside one `BEGIN IMMEDIATE` transaction: no other
+/// connection writes between the read and the write, and the write still
+/// compares the term it read.
+fn claim_slot_in(
+    conn: &mut Connection,
+    sql: &Statements,
+    args: (&str, &str, &str, i64, i64),
+) -> rusqlite::Result<SlotClaim> {
+    let (name, holder, instance, slot_ms, lease_ms) = args;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let row = tx
+        .query_row(&sql.slot_read, [name], |row| {
+            Ok(SlotRow {
+                term: row.get(0)?,
+                slot_ms: row.get(1)?,
+                unfinished_slot_ms: row.get(2)?,
+                rerun_slot_ms: row.get(3)?,
+                expired: row.get(4)?,
+            })
+        })
+        .optional()?;
+    let outcome = match row {
+        None => {
+            let inserted = tx.execute(
+                &sql.slot_insert,
+                params![name, holder, instance, slot_ms, lease_ms],
+            )?;
+            if inserted == 1 {
+                SlotClaim::Claimed {
+                    term: 1,
+                    superseded: None,
+                }
+            } else {
+                SlotClaim::Refused
+            }
+        }
+        Some(row) if row.expired && slot_ms > row.slot_ms => {
+            let updated = tx.execute(
+                &sql.slot_update,
+                params![name, holder, instance, slot_ms, lease_ms, row.term],
+            )?;
+            if updated == 1 {
+                let given_up = row.slot_ms != 0 && row.unfinished_slot_ms == row.slot_ms;
+                SlotClaim::Claimed {
+                    term: u64::try_from(row.term.saturating_add(1))
+                        .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, row.term))?,
+                    superseded: given_up.then_some(SupersededSlot {
+                        slot_ms: row.slot_ms,
+                        rerun: row.rerun_slot_ms == row.slot_ms,
+                    }),
+                }
+            } else {
+                SlotClaim::Refused
+            }
+        }
+        Some(_) => SlotClaim::Refused,
+    };
+    tx.commit()?;
+    Ok(outcome)
+}
+
+fn find_unfinished_in(
+    conn: &Connection,
+    sql: &Statements,
+    names: &[String],
+) -> rusqlite::Result<Vec<UnfinishedRow>> {
+    let mut found = Vec::new();
+    for chunk in names.chunks(MAX_NAMES_PER_STATEMENT) {
+        let statement = sql::find_unfinished(sql.table.quoted(), chunk.len());
+        let mut stmt = conn.prepare(&statement)?;
+        let rows = stmt.query_map(params_from_iter(chunk), |row| {
+            Ok(UnfinishedRow {
+                name: row.get(0)?,
+                term: term_at(row, 1)?,
+                slot_ms: row.get(2)?,
+            })
+        })?;
+        for row in rows {
+            found.push(row?);
+        }
+    }
+    Ok(found)
+}
+
+/// Every method is one call on the connection, and one statement, except
+/// [`claim_slot`](LeaseStore::claim_slot): a `BEGIN IMMEDIATE` transaction
+/// of a read and a write.
+///
+/// # Cancel safety
+///
+/// Every method is cancel safe in the sense the trait asks: a dropped call
+/// either took effect or did not, and leaves the store usable. A call dropped
+/// while still queued for the connection does not run.
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError> {
+        let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
+        self.run(move |conn, sql| {
+            conn.query_row(
+                &sql.claim,
+                params![name, holder, instance, lease_ms],
+                |row| term_at(row, 0),
+            )
+            .optional()
+        })
+        .await
+    }
+
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |conn, sql| {
+            conn.execute(&sql.renew, params![name, holder, lease_ms])
+                .map(|changed| changed > 0)
+        })
+        .await
+    }
+
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |conn, sql| {
+            conn.query_row(&sql.verify, params![name, holder], |row| term_at(row, 0))
+                .optional()
+        })
+        .await
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        let (name, holder) = (name.to_owned(), holder.to_owned());
+        self.run(move |conn, sql| {
+            conn.execute(&sql.release, params![name, holder])
+                .map(|changed| changed > 0)
+        })
+        .await
+    }
+
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
+        self.run(move |conn, sql| {
+            claim_slot_in(conn, sql, (&name, &holder, &instance, slot_ms, lease_ms))
+        })
+        .await
+    }
+
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError> {
+        let (name, holder) = (name.to_owned(), holder.map(str::to_owned));
+        self.run(move |conn, sql| {
+            let released: Option<bool> = conn
+                .query_row(
+                    &sql.finish,
+                    params![name, holder, slot_ms, passed_ms],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(match released {
+                Some(true) => Finished::Released,
+                Some(false) => Finished::RecordedWithoutLease,
+                None => Finished::NotRecorded,
+            })
+        })
+        .await
+    }
+
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        let names: Vec<String> = names.iter().map(|&name| name.to_owned()).collect();
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run(move |conn, sql| find_unfinished_in(conn, sql, &names))
+            .await
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError> {
+        let Ok(term) = i64::try_from(term) else {
+            return Ok(false); // no row has a term SQLite cannot store
+        };
+        let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
+        self.run(move |conn, sql| {
+            conn.execute(
+                &sql.claim_rerun,
+                params![name, term, holder, instance, lease_ms],
+            )
+            .map(|changed| changed > 0)
+        })
+        .await
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        let name = name.to_owned();
+        self.run(move |conn, sql| {
+            conn.query_row(&sql.last_slot, [name], |row| row.get(0))
+                .optional()
+        })
+        .await
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        self.run(|conn, _| conn.query_row(sql::SELECT_NOW, [], |row| row.get(0)))
+            .await
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        self.run(|conn, sql| conn.execute_batch(&sql.create_table))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_a_file_or_memory() {
+        let file = |p: &str| Ok(Database::File(PathBuf::from(p)));
+        let cases = [
+            ("sqlite://leases.db", file("leases.db")),
+            (
+                "sqlite:///var/lib/app/leases.db",
+                file("/var/lib/app/leases.db"),
+            ),
+            ("sqlite:leases.db", file("leases.db")),
+            ("sqlite:data/leases.db", file("data/leases.db")),
+            ("SQLite://leases.db", file("leases.db")),
+            ("sqlite::memory:", Ok(Database::Memory)),
+            ("sqlite://:memory:", Ok(Database::Memory)),
+        ];
+        for (url, expected) in cases {
+            let parsed = parse_url(url).map_err(|e| e.to_string());
+            assert_eq!(parsed, expected.map_err(|_: ()| String::new()), "{url}");
+        }
+    }
+
+    #[test]
+    fn other_urls_are_refused_with_a_reason() {
+        for url in [
+            "",
+            "sqlite:",
+            "sqlite://",
+            "postgres://localhost/test",
+            "sqlite3://leases.db",
+            "leases.db",
+            "sqlite://leases.db?mode=ro",
+            "sqlite::memory:?cache=shared",
+        ] {
+            let err = parse_url(url).expect_err(url);
+            assert!(
+                matches!(err, SqliteError::InvalidUrl { .. }),
+                "{url}: {err:?}"
+            );
+            assert!(err.to_string().starts_with("invalid SQLite URL: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_builder_without_a_database_says_so() {
+        let err = SqliteStore::builder().open().expect_err("no database");
+        assert!(matches!(err, SqliteError::MissingDatabase), "{err:?}");
+    }
+
+    #[test]
+    fn an_invalid_table_is_refused_before_opening() {
+        let err = SqliteStore::builder()
+            .in_memory()
+            .table("leases; DROP TABLE x")
+            .open()
+            .expect_err("invalid table");
+        assert!(matches!(err, SqliteError::InvalidTable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_unopenable_file_names_its_path() {
+        let err = SqliteStore::open("/nonexistent-dir/for/sure/leases.db")
+            .expect_err("no such directory");
+        assert!(matches!(err, SqliteError::Open { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "cannot open the SQLite database at /nonexistent-dir/for/sure/leases.db"
+        );
+        assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn debug_shows_the_database_and_table() {
+        let store = SqliteStore::open_in_memory().expect("in-memory store");
+        let shown = format!("{store:?}");
+        assert!(
+            shown.contains(":memory:") && shown.contains("gst_leases"),
+            "{shown}"
+        );
+    }
+}

@@ -1,0 +1,650 @@
+//! What the shared protocol suite cannot see: SQLite's own behaviour under the
+//! store (WAL, several connections to one file, locks, the database clock),
+//! and every statement's branches checked against the row it leaves.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions fail loudly"
+)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lease_core::{Finished, LeaseStore, Leases, SlotClaim, SupersededSlot};
+use lease_sqlite::{SqliteError, SqliteStore};
+use rusqlite::Connection;
+use tokio::sync::Barrier;
+
+const LEASE_MS: i64 = 60_000;
+
+fn db_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("leases.db");
+    (dir, path)
+}
+
+async fn migrated(path: &Path) -> SqliteStore {
+    let store = SqliteStore::open(path).expect("open");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+/// A plain connection of its own to the file, to look at rows directly.
+fn raw(path: &Path) -> Connection {
+    let conn = Connection::open(path).expect("raw connection");
+    conn.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    conn
+}
+
+/// (holder, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms)
+type Row = (String, i64, i64, i64, i64, i64);
+
+fn row(conn: &Connection, name: &str) -> Option<Row> {
+    conn.query_row(
+        "SELECT holder, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms \
+           FROM gst_leases WHERE name = ?1",
+        [name],
+        |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        },
+    )
+    .map(Some)
+    .or_else(|e| match e {
+        rusqlite::Error::QueryReturnedNoRows => Ok(None),
+        e => Err(e),
+    })
+    .expect("read row")
+}
+
+fn set_expiry(conn: &Connection, name: &str, expires_at_ms: i64) {
+    let n = conn
+        .execute(
+            "UPDATE gst_leases SET expires_at_ms = ?2 WHERE name = ?1",
+            rusqlite::params![name, expires_at_ms],
+        )
+        .expect("set expiry");
+    assert_eq!(n, 1);
+}
+
+fn process_now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after the epoch");
+    i64::try_from(since.as_millis()).expect("fits")
+}
+
+#[tokio::test]
+async fn files_are_in_wal_mode() {
+    let (_dir, path) = db_file();
+    let store = migrated(&path).await;
+    assert_eq!(
+        store.claim("wal", "h1", "i", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+    let mode: String = raw(&path)
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode.to_ascii_lowercase(), "wal");
+    assert!(path.with_file_name("leases.db-wal").exists());
+    assert_eq!(store.path(), Some(path.as_path()));
+}
+
+#[tokio::test]
+async fn a_missing_file_is_created_and_migrate_is_idempotent() {
+    let (_dir, path) = db_file();
+    assert!(!path.exists());
+    let store = SqliteStore::connect(&format!("sqlite://{}", path.display())).unwrap();
+    assert!(path.exists());
+    for _ in 0..3 {
+        store.migrate().await.unwrap();
+    }
+    assert_eq!(
+        store.claim("a", "h1", "i", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+    store.migrate().await.unwrap();
+    assert_eq!(store.verify("a", "h1").await.unwrap(), Some(1));
+}
+
+#[tokio::test]
+async fn eight_stores_migrating_an_empty_file_at_once_all_succeed() {
+    let (_dir, path) = db_file();
+    let barrier = Arc::new(Barrier::new(8));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+        tasks.push(tokio::spawn(async move {
+            let store = SqliteStore::open(&path).unwrap();
+            barrier.wait().await;
+            store.migrate().await
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+}
+
+/// 8 stores, each its own connection to one file, race for one name: once
+/// fresh, once expired. Exactly one wins each time, and no error surfaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_stores_on_one_file_race_a_claim_and_one_wins() {
+    let (_dir, path) = db_file();
+    migrated(&path).await;
+    let stores: Vec<SqliteStore> = (0..8).map(|_| SqliteStore::open(&path).unwrap()).collect();
+    for round in 0..2 {
+        let barrier = Arc::new(Barrier::new(stores.len()));
+        let mut tasks = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            let (store, barrier) = (store.clone(), Arc::clone(&barrier));
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .claim("race", &format!("h{round}-{i}"), "i", 200)
+                    .await
+            }));
+        }
+        let mut won = Vec::new();
+        for task in tasks {
+            if let Some(term) = task.await.unwrap().expect("no error surfaces") {
+                won.push(term);
+            }
+        }
+        assert_eq!(won, vec![round + 1], "round {round}");
+        tokio::time::sleep(Duration::from_millis(250)).await; // let it expire
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_stores_on_one_file_race_an_instant_and_one_wins() {
+    let (_dir, path) = db_file();
+    migrated(&path).await;
+    let stores: Vec<SqliteStore> = (0..8).map(|_| SqliteStore::open(&path).unwrap()).collect();
+    for (round, slot) in [(0_u64, 1_000_i64), (1, 2_000)] {
+        let barrier = Arc::new(Barrier::new(stores.len()));
+        let mut tasks = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            let (store, barrier) = (store.clone(), Arc::clone(&barrier));
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let holder = format!("h{round}-{i}");
+                store.claim_slot("job", &holder, "i", slot, 200).await
+            }));
+        }
+        let mut won = Vec::new();
+        for task in tasks {
+            match task.await.unwrap().expect("no error surfaces") {
+                SlotClaim::Claimed { term, superseded } => won.push((term, superseded)),
+                SlotClaim::Refused => {}
+            }
+        }
+        let superseded = (round == 1).then_some(SupersededSlot {
+            slot_ms: 1_000,
+            rerun: false,
+        });
+        assert_eq!(won, vec![(round + 1, superseded)], "round {round}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Expiry is judged against SQLite's clock, and written from it.
+#[tokio::test]
+async fn the_clock_is_the_databases() {
+    let (_dir, path) = db_file();
+    let store = migrated(&path).await;
+    let conn = raw(&path);
+
+    let before = store.now_ms().await.unwrap();
+    assert!(
+        (before - process_now_ms()).abs() < 120_000,
+        "clocks minutes apart"
+    );
+    assert_eq!(
+        store.claim("clock", "h1", "i", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+    let after = store.now_ms().await.unwrap();
+    let (_, _, expires, ..) = row(&conn, "clock").unwrap();
+    assert!(
+        (before + LEASE_MS..=after + LEASE_MS).contains(&expires),
+        "{before} + {LEASE_MS} <= {expires} <= {after} + {LEASE_MS}"
+    );
+
+    // A row expiring one second from SQLite's now is held, whatever the
+    // process thinks; one that expired a millisecond ago is free.
+    let db_now: i64 = conn
+        .query_row(
+            "SELECT CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    set_expiry(&conn, "clock", db_now + 1_000);
+    assert_eq!(
+        store.claim("clock", "h2", "i", LEASE_MS).await.unwrap(),
+        None
+    );
+    assert!(store.renew("clock", "h1", LEASE_MS).await.unwrap());
+    set_expiry(&conn, "clock", db_now - 1);
+    assert_eq!(store.verify("clock", "h1").await.unwrap(), None);
+    assert!(!store.renew("clock", "h1", LEASE_MS).await.unwrap());
+    assert_eq!(
+        store.claim("clock", "h2", "i", LEASE_MS).await.unwrap(),
+        Some(2)
+    );
+}
+
+#[tokio::test]
+async fn now_is_whole_milliseconds_and_moves_forward() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    let first = store.now_ms().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = store.now_ms().await.unwrap();
+    assert!(second >= first + 15, "{first} then {second}");
+}
+
+#[tokio::test]
+async fn names_compare_byte_for_byte() {
+    let (_dir, path) = db_file();
+    let store = migrated(&path).await;
+    for (i, name) in ["job", "JOB", "job "].into_iter().enumerate() {
+        let holder = format!("h{i}");
+        assert_eq!(
+            store.claim(name, &holder, "i", LEASE_MS).await.unwrap(),
+            Some(1),
+            "{name:?}"
+        );
+    }
+    let rows: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM gst_leases", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 3);
+    assert_eq!(store.verify("JOB", "h1").await.unwrap(), Some(1));
+    assert_eq!(store.verify("job", "h1").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn tables_are_configurable_and_independent() {
+    let (_dir, path) = db_file();
+    let default = migrated(&path).await;
+    let other = SqliteStore::builder()
+        .path(&path)
+        .table("Other_Leases_2")
+        .open()
+        .unwrap();
+    assert_eq!(other.table(), "Other_Leases_2");
+    other.migrate().await.unwrap();
+    assert_eq!(
+        default.claim("x", "h1", "i", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        other.claim("x", "h2", "i", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+    let in_other: i64 = raw(&path)
+        .query_row(
+            "SELECT term FROM \"Other_Leases_2\" WHERE holder = 'h2'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(in_other, 1);
+}
+
+#[test]
+fn invalid_table_names_are_refused_with_the_name() {
+    let err = SqliteStore::builder()
+        .in_memory()
+        .table("my-leases")
+        .open()
+        .unwrap_err();
+    assert!(matches!(err, SqliteError::InvalidTable { ref table, .. } if table == "my-leases"));
+}
+
+/// Another connection holding the write lock past the busy timeout makes a
+/// write fail with SQLite's error, not hang or panic; the store works again
+/// once the lock is gone.
+#[tokio::test]
+async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
+    let (_dir, path) = db_file();
+    let store = SqliteStore::builder()
+        .path(&path)
+        .busy_timeout(Duration::from_millis(100))
+        .open()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let conn = raw(&path);
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let err = store.claim("busy", "h1", "i", LEASE_MS).await.unwrap_err();
+    assert!(err.to_string().contains("locked"), "{err}");
+    let err = store
+        .claim_slot("busy", "h1", "i", 5, LEASE_MS)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("locked"), "{err}");
+    // Readers are not blocked by the writer in WAL mode.
+    assert_eq!(store.last_slot("busy").await.unwrap(), None);
+    conn.execute_batch("COMMIT").unwrap();
+    assert_eq!(
+        store.claim("busy", "h1", "i", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+}
+
+/// The coordinator drops a call that outlives its bound. The store stays
+/// usable, and calls dropped while queued behind it never run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_calls_leave_the_store_usable() {
+    let (_dir, path) = db_file();
+    let store = SqliteStore::builder()
+        .path(&path)
+        .busy_timeout(Duration::from_secs(2))
+        .open()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let conn = raw(&path);
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // The first call (a renewal of nothing) waits on the lock while holding
+    // the connection; the claims queue behind it and are dropped before they
+    // reach it.
+    let first = store.renew("dropped", "h0", LEASE_MS);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), first)
+            .await
+            .is_err()
+    );
+    for i in 1..4 {
+        let holder = format!("h{i}");
+        let call = store.claim("dropped", &holder, "i", LEASE_MS);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), call)
+                .await
+                .is_err()
+        );
+    }
+    conn.execute_batch("COMMIT").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(row(&conn, "dropped"), None, "a dropped, queued claim ran");
+    assert!(store.now_ms().await.is_ok());
+    assert!(
+        store
+            .claim("after", "h9", "i", LEASE_MS)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// Each statement's branches, against the row it leaves.
+#[tokio::test]
+async fn every_statement_leaves_the_row_the_protocol_says() {
+    let (_dir, path) = db_file();
+    let store = migrated(&path).await;
+    let conn = raw(&path);
+
+    // claim: insert, refusal, takeover after release (expires_at_ms = 0).
+    assert_eq!(
+        store.claim("c", "h1", "i1", LEASE_MS).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(store.claim("c", "h2", "i2", LEASE_MS).await.unwrap(), None);
+    assert!(store.renew("c", "h1", LEASE_MS).await.unwrap());
+    assert!(
+        store.renew("c", "h1", LEASE_MS).await.unwrap(),
+        "same value still held"
+    );
+    assert!(!store.renew("c", "h2", LEASE_MS).await.unwrap());
+    assert!(store.release("c", "h1").await.unwrap());
+    assert_eq!(
+        row(&conn, "c").unwrap().2,
+        0,
+        "release sets expires_at_ms = 0"
+    );
+    assert!(
+        store.release("c", "h1").await.unwrap(),
+        "release matches the holder only"
+    );
+    assert!(!store.renew("c", "h1", LEASE_MS).await.unwrap());
+    assert_eq!(
+        store.claim("c", "h2", "i2", LEASE_MS).await.unwrap(),
+        Some(2)
+    );
+    assert!(!store.release("c", "h1").await.unwrap());
+    assert_eq!(store.verify("c", "h2").await.unwrap(), Some(2));
+    assert_eq!(
+        row(&conn, "c").unwrap().3,
+        0,
+        "a plain claim has no instant"
+    );
+
+    // claim_slot: insert with both slots, then refusals.
+    let claimed = |term, superseded| SlotClaim::Claimed { term, superseded };
+    assert_eq!(
+        store
+            .claim_slot("s", "h1", "i", 100, LEASE_MS)
+            .await
+            .unwrap(),
+        claimed(1, None)
+    );
+    let (_, _, _, slot, unfinished, rerun) = row(&conn, "s").unwrap();
+    assert_eq!((slot, unfinished, rerun), (100, 100, 0));
+    assert_eq!(
+        store
+            .claim_slot("s", "h2", "i", 200, LEASE_MS)
+            .await
+            .unwrap(),
+        SlotClaim::Refused,
+        "held"
+    );
+    assert!(store.release("s", "h1").await.unwrap());
+    assert_eq!(
+        store
+            .claim_slot("s", "h2", "i", 100, LEASE_MS)
+            .await
+            .unwrap(),
+        SlotClaim::Refused,
+        "not later"
+    );
+    // find + claim again, then the cut-short rerun is superseded with rerun.
+    let found = store.find_unfinished(&["s", "c", "nobody"]).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        (found[0].name.as_str(), found[0].term, found[0].slot_ms),
+        ("s", 1, 100)
+    );
+    assert!(
+        store
+            .claim_rerun("s", 1, "h3", "i", LEASE_MS)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .claim_rerun("s", 1, "h4", "i", LEASE_MS)
+            .await
+            .unwrap(),
+        "stale term"
+    );
+    assert!(
+        !store
+            .claim_rerun("s", u64::MAX, "h4", "i", LEASE_MS)
+            .await
+            .unwrap()
+    );
+    assert_eq!(row(&conn, "s").unwrap().5, 100, "rerun_slot_ms = slot_ms");
+    assert!(store.release("s", "h3").await.unwrap());
+    assert!(
+        store.find_unfinished(&["s"]).await.unwrap().is_empty(),
+        "rerun once"
+    );
+    assert_eq!(
+        store
+            .claim_slot("s", "h5", "i", 200, LEASE_MS)
+            .await
+            .unwrap(),
+        claimed(
+            3,
+            Some(SupersededSlot {
+                slot_ms: 100,
+                rerun: true
+            })
+        )
+    );
+
+    // finish: holder branch with passed taken along, only when not in the
+    // database's future.
+    let now = store.now_ms().await.unwrap();
+    assert_eq!(
+        store
+            .finish("s", Some("h5"), 200, now + 3_600_000)
+            .await
+            .unwrap(),
+        Finished::Released
+    );
+    let (_, _, expires, slot, unfinished, _) = row(&conn, "s").unwrap();
+    assert_eq!(
+        (expires, slot, unfinished),
+        (0, 200, 0),
+        "future passed not taken"
+    );
+    assert_eq!(
+        store
+            .claim_slot("s", "h6", "i", 300, LEASE_MS)
+            .await
+            .unwrap(),
+        claimed(4, None),
+        "a finished instant is not given up"
+    );
+    assert_eq!(
+        store.finish("s", Some("h6"), 300, 400).await.unwrap(),
+        Finished::Released
+    );
+    assert_eq!(row(&conn, "s").unwrap().3, 400, "passed taken along");
+    assert_eq!(store.last_slot("s").await.unwrap(), Some(400));
+    assert_eq!(
+        store
+            .claim_slot("s", "h7", "i", 400, LEASE_MS)
+            .await
+            .unwrap(),
+        SlotClaim::Refused,
+        "skipped instants stay skipped"
+    );
+
+    // finish without the lease: recorded, unless a later instant was claimed.
+    assert_eq!(
+        store
+            .claim_slot("s", "h7", "i", 500, LEASE_MS)
+            .await
+            .unwrap(),
+        claimed(5, None)
+    );
+    assert!(store.release("s", "h7").await.unwrap());
+    assert_eq!(
+        store.claim("s", "h8", "i", LEASE_MS).await.unwrap(),
+        Some(6)
+    );
+    assert_eq!(
+        store.finish("s", Some("h7"), 500, 900).await.unwrap(),
+        Finished::RecordedWithoutLease
+    );
+    let (holder, _, expires, slot, unfinished, _) = row(&conn, "s").unwrap();
+    assert_eq!((holder.as_str(), slot, unfinished), ("h8", 500, 0));
+    assert!(expires > 0, "the new holder keeps the name");
+    assert_eq!(
+        store.finish("s", Some("h7"), 500, 900).await.unwrap(),
+        Finished::NotRecorded,
+        "already recorded"
+    );
+    assert!(store.release("s", "h8").await.unwrap());
+    assert_eq!(
+        store
+            .claim_slot("s", "h9", "i", 600, LEASE_MS)
+            .await
+            .unwrap(),
+        claimed(7, None)
+    );
+    assert!(store.release("s", "h9").await.unwrap());
+    assert_eq!(
+        store
+            .claim_slot("s", "h10", "i", 700, LEASE_MS)
+            .await
+            .unwrap(),
+        claimed(
+            8,
+            Some(SupersededSlot {
+                slot_ms: 600,
+                rerun: false
+            })
+        )
+    );
+    assert_eq!(
+        store.finish("s", None, 600, 0).await.unwrap(),
+        Finished::NotRecorded,
+        "a later instant was claimed"
+    );
+    assert_eq!(
+        store.finish("s", None, 700, 0).await.unwrap(),
+        Finished::RecordedWithoutLease,
+        "no holder given: the fallback only"
+    );
+    assert!(
+        store.verify("s", "h10").await.unwrap().is_some(),
+        "the lease is kept"
+    );
+
+    assert_eq!(store.last_slot("nobody").await.unwrap(), None);
+    assert_eq!(store.last_slot("c").await.unwrap(), Some(0));
+}
+
+/// More names than SQLite binds in one statement are still answered.
+#[tokio::test]
+async fn unfinished_instants_of_many_names() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    store.migrate().await.unwrap();
+    let names: Vec<String> = (0..40_000).map(|i| format!("job-{i}")).collect();
+    for name in [&names[7], &names[35_000]] {
+        assert!(matches!(
+            store
+                .claim_slot(name, "h", "i", 10, LEASE_MS)
+                .await
+                .unwrap(),
+            SlotClaim::Claimed { .. }
+        ));
+        assert!(store.release(name, "h").await.unwrap());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut found: Vec<String> = store
+        .find_unfinished(&refs)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.name)
+        .collect();
+    found.sort();
+    assert_eq!(found, vec!["job-35000".to_owned(), "job-7".to_owned()]);
+}
+
+/// The crate's own example, through the coordinator.
+#[tokio::test]
+async fn leases_on_a_file() {
+    let (_dir, path) = db_file();
+    let leases = Leases::new(SqliteStore::open(&path).unwrap());
+    leases.migrate().await.unwrap();
+    let handle = leases.claim("lock").await.unwrap().expect("free");
+    assert_eq!(handle.term(), 1);
+    assert!(leases.claim("lock").await.unwrap().is_none());
+    handle.renew().await.unwrap();
+    assert_eq!(handle.verify().await.unwrap(), 1);
+    handle.release().await.unwrap();
+    assert_eq!(leases.claim("lock").await.unwrap().expect("free").term(), 2);
+}
