@@ -40,12 +40,30 @@ impl fmt::Display for EndCause {
 /// from it, and passes it to the guarded transactions of the backends, which
 /// verify the lease first and end when the context ends.
 ///
+/// [`Handle::hold`] returns one whose token is a child of the parent token
+/// and ends at the loss; [`run`](crate::run) hands a clone to the work.
+///
 /// Cheap to clone; clones share the token and the cause.
 #[derive(Clone)]
 pub struct LeaseContext {
     handle: Handle,
     cancel: CancellationToken,
-    cause: Arc<OnceLock<EndCause>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The cause recorded by [`LeaseContext::end`].
+    cause: OnceLock<EndCause>,
+    /// The parent token of a held context: a token ended by its parent has
+    /// [`EndCause::ParentCancelled`] as its cause without anyone recording it.
+    parent: Option<CancellationToken>,
+    /// Cancelled when the handle is known lost, whether or not the token had
+    /// already ended for another reason: what [`run`](crate::run) watches.
+    lost: CancellationToken,
+    /// How the lease was lost, once it is.
+    lost_cause: OnceLock<LostCause>,
+    /// The holder's span: name, term and instance.
+    span: tracing::Span,
 }
 
 impl fmt::Debug for LeaseContext {
@@ -63,15 +81,38 @@ impl LeaseContext {
     /// lease returns one whose token ends at the loss; this constructor is
     /// for a short lock held without renewals, or for tests.
     pub fn new(handle: Handle, cancel: CancellationToken) -> Self {
+        Self::build(handle, cancel, None)
+    }
+
+    /// A context for a held lease: its token is a child of `parent`.
+    pub(crate) fn held(handle: Handle, parent: &CancellationToken) -> Self {
+        Self::build(handle, parent.child_token(), Some(parent.clone()))
+    }
+
+    fn build(handle: Handle, cancel: CancellationToken, parent: Option<CancellationToken>) -> Self {
+        // At ERROR level so that the fields reach every event logged in it,
+        // whatever level a subscriber filters at: a warning without the
+        // lease's name would say little.
+        let span = tracing::error_span!(
+            "lease",
+            name = %handle.name(),
+            term = handle.term(),
+            instance = %handle.leases().instance(),
+        );
         LeaseContext {
             handle,
             cancel,
-            cause: Arc::new(OnceLock::new()),
+            shared: Arc::new(Shared {
+                cause: OnceLock::new(),
+                parent,
+                lost: CancellationToken::new(),
+                lost_cause: OnceLock::new(),
+                span,
+            }),
         }
     }
 
     /// The handle the work runs under.
-    #[must_use]
     pub fn handle(&self) -> &Handle {
         &self.handle
     }
@@ -103,21 +144,59 @@ impl LeaseContext {
         self.cancel.is_cancelled()
     }
 
-    /// Why the context ended, once it has and the cause is known. A token
-    /// cancelled from outside (not through [`end`](LeaseContext::end)) has
+    /// Why the context ended, once it has and the cause is known: the first
+    /// cause it ended with. A held context ended by its parent reports
+    /// [`EndCause::ParentCancelled`], and keeps reporting it if the lease is
+    /// lost afterwards (see [`Handle::lost`] for that). A token cancelled
+    /// from outside (not through [`end`](LeaseContext::end) nor a parent) has
     /// no cause.
     #[must_use]
     pub fn cause(&self) -> Option<EndCause> {
-        self.cause.get().copied()
+        self.shared
+            .cause
+            .get()
+            .copied()
+            .or_else(|| self.ended_by_parent().then_some(EndCause::ParentCancelled))
     }
 
     /// Ends the context with `cause`, unless it already has a cause. For a
-    /// loss, marks the handle lost before the token ends.
+    /// loss, marks the handle lost before the token ends, and tells
+    /// [`run`](crate::run) even when the context had already ended for
+    /// another reason.
     pub fn end(&self, cause: EndCause) {
-        if let EndCause::Lost(_) = cause {
+        if let EndCause::Lost(lost) = cause {
             self.handle.mark_lost();
+            let _ = self.shared.lost_cause.set(lost);
+            self.shared.lost.cancel();
         }
-        let _ = self.cause.set(cause);
+        if self.ended_by_parent() {
+            let _ = self.shared.cause.set(EndCause::ParentCancelled);
+        }
+        let _ = self.shared.cause.set(cause);
         self.cancel.cancel();
+    }
+
+    fn ended_by_parent(&self) -> bool {
+        self.cancel.is_cancelled()
+            && self
+                .shared
+                .parent
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Resolves once the lease is known lost, through this context.
+    pub(crate) fn lost(&self) -> WaitForCancellationFuture<'_> {
+        self.shared.lost.cancelled()
+    }
+
+    /// How the lease was lost, once it is known lost through this context.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        self.shared.lost_cause.get().copied()
+    }
+
+    /// The holder's span, with the lease's name, term and instance.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.shared.span
     }
 }

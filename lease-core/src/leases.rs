@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{BoxError, Error, LostCause, Op, Result};
 use crate::name::validate_name;
+use crate::run::FailHook;
 use crate::store::{Finished, LeaseStore, SlotClaim};
 use crate::time::UtcMillis;
 use crate::timings::Timings;
@@ -47,6 +48,7 @@ struct Shared {
     store: Arc<dyn LeaseStore>,
     instance: String,
     timings: Timings,
+    fail_hook: FailHook,
 }
 
 impl fmt::Debug for Leases {
@@ -74,6 +76,7 @@ impl Leases {
                 store,
                 instance: instance_id().to_owned(),
                 timings: Timings::default(),
+                fail_hook: FailHook::default(),
             }),
         }
     }
@@ -92,6 +95,33 @@ impl Leases {
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         Arc::make_mut(&mut self.shared).instance = instance.into();
         self
+    }
+
+    /// The same coordinator with another fail hook: what
+    /// [`run`](crate::run) does once work under a lost lease will not stop
+    /// (the grace passed, its task was aborted, and it still runs: it blocks
+    /// without yielding). The hook receives the [`Error::Lost`] of the lease;
+    /// `run` has already logged it at error level.
+    ///
+    /// The default ends the process at once with a non-zero status
+    /// ([`std::process::abort`]), so that the orchestrator restarts it. Tests
+    /// record the failure instead: ending the test process is one-way. A hook
+    /// that returns leaves `run` waiting for the work.
+    ///
+    /// ```
+    /// # fn example(leases: lease_core::Leases) {
+    /// let leases = leases.with_fail_hook(|error| eprintln!("would fail the process: {error}"));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_fail_hook(mut self, hook: impl Fn(&Error) + Send + Sync + 'static) -> Self {
+        Arc::make_mut(&mut self.shared).fail_hook = FailHook::new(hook);
+        self
+    }
+
+    /// What `run` does once work under a lost lease will not stop.
+    pub(crate) fn fail_hook(&self) -> &FailHook {
+        &self.shared.fail_hook
     }
 
     /// The store.

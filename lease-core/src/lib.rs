@@ -3,17 +3,24 @@
 
 mod context;
 mod error;
+mod hold;
 mod leases;
 mod name;
+mod run;
 mod store;
 mod time;
 mod timings;
 mod token;
 
+#[cfg(test)]
+mod testing;
+
 pub use context::{EndCause, LeaseContext};
 pub use error::{BoxError, Error, LostCause, NameError, Op, Result};
+pub use hold::Holder;
 pub use leases::{Handle, Leases, Unfinished};
 pub use name::{MAX_NAME_BYTES, validate_name};
+pub use run::{ABORT_WAIT, run};
 pub use store::{Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
 pub use time::{TimeOutOfRange, UtcMillis};
 pub use timings::{Timings, TimingsBuilder};

@@ -1,0 +1,504 @@
+//! Holding a lease: renewing it on a task of its own until it is lost or
+//! stopped.
+
+use std::fmt;
+
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::context::{EndCause, LeaseContext};
+use crate::error::{Error, LostCause, Result};
+use crate::leases::Handle;
+
+impl Handle {
+    /// Keeps the lease renewed on a task of its own, and returns the
+    /// [`Holder`] whose [`context`](Holder::context) the work under the lease
+    /// runs on.
+    ///
+    /// The context's token is a child of `parent`, and ends the moment the
+    /// lease is known lost, with [`EndCause::Lost`] as its cause:
+    ///
+    /// - a renewal finds the name no longer this holder's
+    ///   ([`LostCause::NotHolder`]), or
+    /// - no renewal succeeded within the local deadline
+    ///   ([`Timings::deadline`](crate::Timings::deadline)) of the start of the
+    ///   last one that did, the claim counting as the first
+    ///   ([`LostCause::DeadlineExceeded`]). That is before the database lets
+    ///   anyone else claim the name.
+    ///
+    /// [`lost`](Handle::lost) is set before the token ends. `parent` ending
+    /// ends the token too ([`EndCause::ParentCancelled`]), but not the
+    /// renewals: until the work has wound down the name must stay this
+    /// holder's, or another process could start the same work while it is
+    /// still in flight. A loss found then still marks the handle lost, and
+    /// [`run`](crate::run) gives the work its grace. [`Holder::stop`] ends
+    /// the renewals ([`EndCause::Stopped`] if the context had not ended yet).
+    ///
+    /// # Cadence
+    ///
+    /// A renewal is due [`renew`](crate::Timings::renew) after the previous
+    /// attempt started (the claim, sent at [`claimed_at`](Handle::claimed_at),
+    /// counts as the first), and never later than the deadline; a renewal
+    /// that failed is tried again at the same cadence, so a database that
+    /// stalls or drops a statement for a few seconds costs the holder
+    /// nothing. Each attempt, waiting for a pool connection included, is
+    /// bounded by half the local deadline and never runs past the deadline
+    /// itself: an attempt that hangs leaves room for another, and cannot carry
+    /// the holder past its deadline. A failed renewal that is not a loss is
+    /// logged as a warning in the holder's span (fields `name`, `term`,
+    /// `instance`).
+    ///
+    /// Hold right after the claim: the deadline runs from the claim.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, like [`tokio::spawn`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lease_core::{Leases, run};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// async fn lead(leases: &Leases, shutdown: &CancellationToken) -> lease_core::Result<()> {
+    ///     let Some(handle) = leases.claim("leader:billing").await? else {
+    ///         return Ok(()); // someone else leads
+    ///     };
+    ///     let holder = handle.hold(shutdown);
+    ///     let outcome = run(holder.context(), |ctx| async move {
+    ///         // ... lead until the context ends: shutdown, or the lease lost ...
+    ///         ctx.cancelled().await;
+    ///     })
+    ///     .await;
+    ///     holder.stop().await;
+    ///     if !handle.lost() {
+    ///         handle.release().await?;
+    ///     }
+    ///     outcome
+    /// }
+    /// ```
+    pub fn hold(&self, parent: &CancellationToken) -> Holder {
+        let context = LeaseContext::held(self.clone(), parent);
+        let stop = CancellationToken::new();
+        let span = context.span().clone();
+        let task = tokio::spawn(renewals(context.clone(), stop.clone()).instrument(span));
+        Holder {
+            context,
+            stop,
+            task: Some(task),
+        }
+    }
+}
+
+/// A lease being kept: its renewals run on a task of their own until the
+/// lease is lost or [`stop`](Holder::stop) ends them. Returned by
+/// [`Handle::hold`].
+///
+/// Dropping a holder only signals its renewals to stop; call
+/// [`stop`](Holder::stop) to know they have.
+#[must_use = "the renewals stop when the holder is dropped"]
+pub struct Holder {
+    context: LeaseContext,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Holder")
+            .field("context", &self.context)
+            .field("stopped", &self.stop.is_cancelled())
+            .finish()
+    }
+}
+
+impl Holder {
+    /// The context the work under the lease runs on: it ends at the loss, or
+    /// when the parent ends, or at [`stop`](Holder::stop).
+    #[must_use]
+    pub fn context(&self) -> &LeaseContext {
+        &self.context
+    }
+
+    /// The handle held.
+    pub fn handle(&self) -> &Handle {
+        self.context.handle()
+    }
+
+    /// Runs `work` on this holder's context: [`run`](crate::run).
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](crate::run): [`Error::Panicked`] when the work panicked,
+    /// [`Error::Lost`] when the lease was lost and the work was aborted.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](crate::run): dropping the future aborts the work.
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(LeaseContext) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        crate::run::run(&self.context, work).await
+    }
+
+    /// Ends the renewals, cutting one in flight, and returns once they have
+    /// ended. It does not release the lease: the holder calls it once its
+    /// work has returned, then releases (unless the handle is
+    /// [`lost`](Handle::lost)). The context ends with
+    /// [`EndCause::Stopped`] if it had not ended yet.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the renewals signalled to stop: they end at
+    /// their next turn on the runtime.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            // The renewal task has nothing to return; a panic in it (there is
+            // no code path to one) would have been reported by the runtime.
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The renewal loop of one held lease.
+async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
+    let handle = ctx.handle();
+    let timings = *handle.leases().timings();
+    let mut last_attempt = handle.claimed_at();
+    let mut last_success = last_attempt;
+    loop {
+        let deadline = last_success + timings.deadline();
+        let due = (last_attempt + timings.renew()).min(deadline);
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            () = sleep_until(due) => {}
+        }
+        let start = Instant::now();
+        if start >= deadline {
+            lose(&ctx, LostCause::DeadlineExceeded);
+            return;
+        }
+        let bound = (timings.deadline() / 2).min(deadline - start);
+        let outcome = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            outcome = handle.renew_within(bound) => outcome,
+        };
+        last_attempt = start;
+        match outcome {
+            Ok(()) => {
+                last_success = start;
+                tracing::trace!("lease renewed");
+            }
+            Err(Error::Lost { cause, .. }) => {
+                lose(&ctx, cause);
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    error = %Chain(&error),
+                    left = ?deadline.saturating_duration_since(Instant::now()),
+                    "lease renewal failed; trying again until the local deadline"
+                );
+            }
+        }
+    }
+    tracing::debug!("lease renewals stopped");
+    ctx.end(EndCause::Stopped);
+}
+
+fn lose(ctx: &LeaseContext, cause: LostCause) {
+    tracing::warn!(%cause, "lease lost");
+    ctx.end(EndCause::Lost(cause));
+}
+
+/// An error and its sources, on one line.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::sleep;
+
+    use super::*;
+    use crate::testing::{Attempt, Outcome, ScriptedStore, Step, after, claimed, elapsed, ms};
+
+    fn attempt(start: u64, end: u64, outcome: Outcome) -> Attempt {
+        Attempt {
+            start,
+            end,
+            outcome,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_are_due_every_interval_from_the_claim() {
+        let store = ScriptedStore::new([after(10, Step::Renew), after(30, Step::Renew)]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        sleep(ms(550)).await;
+        holder.stop().await;
+        assert_eq!(store.starts(t0), [100, 200, 300, 400, 500]);
+        assert_eq!(
+            store.attempts(t0)[..2],
+            [
+                attempt(100, 110, Outcome::Renewed),
+                attempt(200, 230, Outcome::Renewed),
+            ]
+        );
+        assert!(!handle.lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_retried_at_the_same_cadence_and_the_lease_kept() {
+        // Four failures in a row: the fifth attempt, at 500 ms, would be at the
+        // deadline; the one at 400 ms succeeds and moves the deadline to 900 ms.
+        let store =
+            ScriptedStore::new([Step::Fail, after(20, Step::Fail), Step::Fail, Step::Renew]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        sleep(ms(850)).await;
+        assert!(!holder.context().is_cancelled(), "{:?}", holder.context());
+        holder.stop().await;
+        assert_eq!(store.starts(t0), [100, 200, 300, 400, 500, 600, 700, 800]);
+        assert_eq!(
+            store.attempts(t0)[..4],
+            [
+                attempt(100, 100, Outcome::Failed),
+                attempt(200, 220, Outcome::Failed),
+                attempt(300, 300, Outcome::Failed),
+                attempt(400, 400, Outcome::Renewed),
+            ]
+        );
+        assert!(!handle.lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_but_successful_renewals_keep_the_lease() {
+        // Each renewal takes 240 ms, longer than the interval and just under
+        // the 250 ms bound: the next is due at once when one returns.
+        let slow = || after(240, Step::Renew);
+        let store = ScriptedStore::new([slow(), slow(), slow(), slow(), slow()]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        sleep(ms(1_300)).await;
+        assert!(!holder.context().is_cancelled(), "{:?}", holder.context());
+        holder.stop().await;
+        assert_eq!(
+            store.attempts(t0)[..5],
+            [
+                attempt(100, 340, Outcome::Renewed),
+                attempt(340, 580, Outcome::Renewed),
+                attempt(580, 820, Outcome::Renewed),
+                attempt(820, 1_060, Outcome::Renewed),
+                attempt(1_060, 1_300, Outcome::Cut),
+            ]
+        );
+        assert!(!handle.lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_renewal_within_the_deadline_loses_the_lease_at_the_deadline() {
+        let store =
+            ScriptedStore::new([Step::Fail, Step::Fail, Step::Fail, Step::Fail, Step::Fail]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        ctx.cancelled().await;
+        assert!(handle.lost(), "lost() must be set before the token ends");
+        assert_eq!(elapsed(t0), 500);
+        assert_eq!(
+            ctx.cause(),
+            Some(EndCause::Lost(LostCause::DeadlineExceeded))
+        );
+        sleep(ms(1_000)).await;
+        assert_eq!(
+            store.starts(t0),
+            [100, 200, 300, 400],
+            "no renewal after the loss"
+        );
+        holder.stop().await;
+        assert_eq!(
+            ctx.cause(),
+            Some(EndCause::Lost(LostCause::DeadlineExceeded))
+        );
+        assert_eq!(store.releases(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_failing_just_short_of_its_bound_still_loses_at_the_deadline() {
+        // The attempt at 400 ms is bounded by the 100 ms left to the deadline;
+        // it fails at 499 ms, and no attempt has time left after it.
+        let store = ScriptedStore::new([Step::Fail, Step::Fail, Step::Fail, after(99, Step::Fail)]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        holder.context().cancelled().await;
+        assert_eq!(elapsed(t0), 500);
+        assert!(handle.lost());
+        assert_eq!(
+            holder.context().cause(),
+            Some(EndCause::Lost(LostCause::DeadlineExceeded))
+        );
+        assert_eq!(store.attempts(t0)[3], attempt(400, 499, Outcome::Failed));
+        assert_eq!(store.starts(t0).len(), 4);
+        holder.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_would_answer_after_the_deadline_is_cut_at_it() {
+        // The attempt at 300 ms may wait 200 ms (the time left), not 250 ms.
+        let store = ScriptedStore::new([Step::Fail, Step::Fail, after(210, Step::Renew)]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        holder.context().cancelled().await;
+        assert_eq!(elapsed(t0), 500);
+        assert_eq!(store.attempts(t0)[2], attempt(300, 500, Outcome::Cut));
+        assert_eq!(
+            holder.context().cause(),
+            Some(EndCause::Lost(LostCause::DeadlineExceeded))
+        );
+        holder.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_renewal_is_cut_at_half_the_deadline_and_the_next_one_keeps_the_lease() {
+        let store = ScriptedStore::new([Step::Hang]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        sleep(ms(500)).await;
+        holder.stop().await;
+        assert_eq!(
+            store.attempts(t0)[..3],
+            [
+                attempt(100, 350, Outcome::Cut),
+                attempt(350, 350, Outcome::Renewed),
+                attempt(450, 450, Outcome::Renewed),
+            ]
+        );
+        assert!(!handle.lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_finding_the_name_gone_ends_the_context_as_not_this_holders() {
+        let store = ScriptedStore::new([Step::Renew, after(5, Step::Gone)]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        ctx.cancelled().await;
+        assert!(handle.lost(), "lost() must be set before the token ends");
+        assert_eq!(elapsed(t0), 205);
+        assert_eq!(ctx.cause(), Some(EndCause::Lost(LostCause::NotHolder)));
+        sleep(ms(1_000)).await;
+        assert_eq!(store.starts(t0), [100, 200], "no renewal after the loss");
+        holder.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stop_cuts_a_renewal_in_flight_returns_and_does_not_release() {
+        let store = ScriptedStore::new([Step::Renew, Step::Hang]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        sleep(ms(250)).await;
+        holder.stop().await;
+        assert_eq!(elapsed(t0), 250, "stop waits for nothing but the cut");
+        assert_eq!(
+            store.attempts(t0),
+            [
+                attempt(100, 100, Outcome::Renewed),
+                attempt(200, 250, Outcome::Cut),
+            ]
+        );
+        assert_eq!(ctx.cause(), Some(EndCause::Stopped));
+        assert!(!handle.lost());
+        assert_eq!(store.releases(), 0);
+        sleep(ms(1_000)).await;
+        assert_eq!(store.starts(t0).len(), 2, "no renewal after stop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_holder_stops_the_renewals() {
+        let store = ScriptedStore::new([]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        sleep(ms(150)).await;
+        drop(holder);
+        ctx.cancelled().await;
+        assert_eq!(ctx.cause(), Some(EndCause::Stopped));
+        sleep(ms(1_000)).await;
+        assert_eq!(store.starts(t0), [100]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_parent_ends_the_context_but_not_the_renewals() {
+        let store = ScriptedStore::new([]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let parent = CancellationToken::new();
+        let holder = handle.hold(&parent);
+        sleep(ms(150)).await;
+        parent.cancel();
+        assert!(holder.context().is_cancelled());
+        assert_eq!(holder.context().cause(), Some(EndCause::ParentCancelled));
+        sleep(ms(1_000)).await;
+        assert_eq!(store.starts(t0).len(), 11, "renewals outlive the parent");
+        assert!(!handle.lost());
+        let ctx = holder.context().clone();
+        holder.stop().await;
+        assert_eq!(ctx.cause(), Some(EndCause::ParentCancelled));
+        assert_eq!(store.releases(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loss_found_after_the_parent_ended_still_marks_the_handle_lost() {
+        let store = ScriptedStore::new([Step::Renew, Step::Renew, Step::Gone]);
+        let (_, handle) = claimed(&store).await;
+        let parent = CancellationToken::new();
+        let holder = handle.hold(&parent);
+        let ctx = holder.context().clone();
+        parent.cancel();
+        sleep(ms(250)).await;
+        assert!(!handle.lost());
+        sleep(ms(100)).await;
+        assert!(handle.lost());
+        assert_eq!(ctx.cause(), Some(EndCause::ParentCancelled));
+        assert_eq!(ctx.lost_cause(), Some(LostCause::NotHolder));
+        holder.stop().await;
+        assert_eq!(ctx.cause(), Some(EndCause::ParentCancelled));
+    }
+}

@@ -1,0 +1,268 @@
+//! A scriptable store for the hold/run state machine's tests on paused time.
+
+use std::collections::VecDeque;
+use std::future::pending;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::{Instant, sleep};
+
+use crate::error::BoxError;
+use crate::store::{Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use crate::{Handle, Leases, Timings};
+
+/// What one renewal does.
+#[derive(Debug, Clone)]
+pub(crate) enum Step {
+    /// Answers at once: renewed.
+    Renew,
+    /// Answers at once: the database failed.
+    Fail,
+    /// Answers at once: the lease is no longer this holder's.
+    Gone,
+    /// Never answers.
+    Hang,
+    /// Waits `ms`, then does the step.
+    After(u64, Box<Step>),
+}
+
+pub(crate) fn after(ms: u64, step: Step) -> Step {
+    Step::After(ms, Box::new(step))
+}
+
+/// How one renewal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Renewed,
+    Failed,
+    Gone,
+    /// The caller dropped the call before it answered.
+    Cut,
+}
+
+/// One renewal attempt, in milliseconds since the claim was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) outcome: Outcome,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    script: VecDeque<Step>,
+    /// start, and end with outcome once it ended.
+    attempts: Vec<(Instant, Option<(Instant, Outcome)>)>,
+    releases: usize,
+}
+
+/// A store whose renewals play a script (renewed once the script runs out).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ScriptedStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl ScriptedStore {
+    pub(crate) fn new(script: impl IntoIterator<Item = Step>) -> Self {
+        let store = ScriptedStore::default();
+        store.inner.lock().unwrap().script = script.into_iter().collect();
+        store
+    }
+
+    /// The attempts so far, relative to `since` (the claim).
+    pub(crate) fn attempts(&self, since: Instant) -> Vec<Attempt> {
+        let ms = |t: Instant| u64::try_from((t - since).as_millis()).unwrap();
+        self.inner
+            .lock()
+            .unwrap()
+            .attempts
+            .iter()
+            .map(|&(start, end)| {
+                let (end, outcome) = end.expect("an attempt still in flight");
+                Attempt {
+                    start: ms(start),
+                    end: ms(end),
+                    outcome,
+                }
+            })
+            .collect()
+    }
+
+    /// When each attempt started, relative to `since`.
+    pub(crate) fn starts(&self, since: Instant) -> Vec<u64> {
+        self.inner
+            .lock()
+            .unwrap()
+            .attempts
+            .iter()
+            .map(|&(start, _)| u64::try_from((start - since).as_millis()).unwrap())
+            .collect()
+    }
+
+    pub(crate) fn releases(&self) -> usize {
+        self.inner.lock().unwrap().releases
+    }
+}
+
+/// Records how an attempt ended, `Cut` if its future was dropped.
+struct Record<'a> {
+    store: &'a ScriptedStore,
+    index: usize,
+    outcome: Outcome,
+}
+
+impl Drop for Record<'_> {
+    fn drop(&mut self) {
+        self.store.inner.lock().unwrap().attempts[self.index].1 =
+            Some((Instant::now(), self.outcome));
+    }
+}
+
+#[async_trait]
+impl LeaseStore for ScriptedStore {
+    async fn claim(&self, _: &str, _: &str, _: &str, _: i64) -> Result<Option<u64>, BoxError> {
+        Ok(Some(1))
+    }
+
+    async fn renew(&self, _: &str, _: &str, _: i64) -> Result<bool, BoxError> {
+        let (index, mut step) = {
+            let mut inner = self.inner.lock().unwrap();
+            inner.attempts.push((Instant::now(), None));
+            let step = inner.script.pop_front().unwrap_or(Step::Renew);
+            (inner.attempts.len() - 1, step)
+        };
+        let mut record = Record {
+            store: self,
+            index,
+            outcome: Outcome::Cut,
+        };
+        loop {
+            match step {
+                Step::After(ms, next) => {
+                    sleep(Duration::from_millis(ms)).await;
+                    step = *next;
+                }
+                Step::Renew => {
+                    record.outcome = Outcome::Renewed;
+                    return Ok(true);
+                }
+                Step::Fail => {
+                    record.outcome = Outcome::Failed;
+                    return Err("scripted failure".into());
+                }
+                Step::Gone => {
+                    record.outcome = Outcome::Gone;
+                    return Ok(false);
+                }
+                Step::Hang => pending::<()>().await,
+            }
+        }
+    }
+
+    async fn verify(&self, _: &str, _: &str) -> Result<Option<u64>, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn release(&self, _: &str, _: &str) -> Result<bool, BoxError> {
+        self.inner.lock().unwrap().releases += 1;
+        Ok(true)
+    }
+
+    async fn claim_slot(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: i64,
+        _: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn finish(&self, _: &str, _: Option<&str>, _: i64, _: i64) -> Result<Finished, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn find_unfinished(&self, _: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn claim_rerun(
+        &self,
+        _: &str,
+        _: u64,
+        _: &str,
+        _: &str,
+        _: i64,
+    ) -> Result<bool, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn last_slot(&self, _: &str) -> Result<Option<i64>, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+pub(crate) fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Lease 1000 ms, renew every 100 ms, deadline 500 ms, grace 100 ms.
+pub(crate) fn timings() -> Timings {
+    Timings::builder()
+        .lease(ms(1000))
+        .renew(ms(100))
+        .deadline(ms(500))
+        .grace(ms(100))
+        .build()
+        .unwrap()
+}
+
+/// A coordinator on `store` with [`timings`], and a handle claimed now.
+pub(crate) async fn claimed(store: &ScriptedStore) -> (Leases, Handle) {
+    let leases = Leases::new(store.clone())
+        .with_timings(timings())
+        .with_instance("test");
+    let handle = leases.claim("leader:test").await.unwrap().unwrap();
+    (leases, handle)
+}
+
+/// Milliseconds since `since`.
+pub(crate) fn elapsed(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap()
+}
+
+/// The failures a fail hook was called with.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Failures(Arc<Mutex<Vec<String>>>);
+
+impl Failures {
+    pub(crate) fn get(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A coordinator on `store` with [`timings`] whose fail hook records into
+/// the returned [`Failures`], and a handle claimed now.
+pub(crate) async fn claimed_recording(
+    store: &ScriptedStore,
+    timings: Timings,
+) -> (Handle, Failures) {
+    let failures = Failures::default();
+    let record = failures.clone();
+    let leases = Leases::new(store.clone())
+        .with_timings(timings)
+        .with_instance("test")
+        .with_fail_hook(move |error| record.0.lock().unwrap().push(error.to_string()));
+    let handle = leases.claim("leader:test").await.unwrap().unwrap();
+    (handle, failures)
+}
