@@ -1,0 +1,322 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+use std::sync::Arc;
+
+pub use lease_core::*;
+
+#[cfg(feature = "mysql")]
+pub use lease_mysql as mysql;
+#[cfg(feature = "postgres")]
+pub use lease_postgres as postgres;
+#[cfg(feature = "sqlite")]
+pub use lease_sqlite as sqlite;
+
+/// The environment variable [`from_env`] reads the database URL from.
+pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
+
+/// Why [`connect`] could not give a coordinator.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL names a database this build was compiled without.
+    #[error("{scheme} URLs need the `{feature}` cargo feature of the lease crate")]
+    FeatureDisabled {
+        /// The URL's scheme.
+        scheme: String,
+        /// The cargo feature that would enable it.
+        feature: &'static str,
+    },
+    /// The URL names a database that cannot carry leases
+    /// ([`Error::UnsupportedDatabase`]).
+    #[error(transparent)]
+    Unsupported(Error),
+    /// The URL's scheme names no database this crate knows.
+    #[error(
+        "unrecognised database URL scheme {scheme:?}: expected postgres://, postgresql://, \
+         mysql://, mariadb://, sqlite://PATH or sqlite::memory:"
+    )]
+    UnknownScheme {
+        /// The scheme, or the start of the URL if it has none (never a password).
+        scheme: String,
+    },
+    /// [`from_env`] found no URL.
+    #[error("the environment variable {0} is not set")]
+    MissingEnv(&'static str),
+    /// The backend refused the URL or could not connect.
+    #[error("could not open the {backend} lease store")]
+    Backend {
+        /// The backend: `sqlite`, `postgres` or `mysql`.
+        backend: &'static str,
+        /// What the backend reported (never with the password).
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl ConnectError {
+    /// Whether the database is one the protocol cannot run on.
+    #[must_use]
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, ConnectError::Unsupported(_))
+    }
+}
+
+/// The database a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+    MySql,
+    ClickHouse,
+}
+
+fn backend_of(url: &str) -> Result<(Backend, String), ConnectError> {
+    let scheme = match url.split_once(':') {
+        Some((scheme, _)) if !scheme.is_empty() => scheme.to_ascii_lowercase(),
+        _ => {
+            return Err(ConnectError::UnknownScheme {
+                scheme: url.chars().take(16).collect(),
+            });
+        }
+    };
+    let backend = match scheme.as_str() {
+        "sqlite" => Backend::Sqlite,
+        "postgres" | "postgresql" => Backend::Postgres,
+        "mysql" | "mariadb" => Backend::MySql,
+        "clickhouse" | "clickhouses" => Backend::ClickHouse,
+        _ => return Err(ConnectError::UnknownScheme { scheme }),
+    };
+    Ok((backend, scheme))
+}
+
+/// Opens the lease store a URL names, picking the backend by the scheme:
+///
+/// | URL | backend | feature |
+/// | --- | --- | --- |
+/// | `postgres://…`, `postgresql://…` | [`lease-postgres`](https://docs.rs/lease-postgres) | `postgres` |
+/// | `mysql://…`, `mariadb://…` | [`lease-mysql`](https://docs.rs/lease-mysql) | `mysql` |
+/// | `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:` | [`lease-sqlite`](https://docs.rs/lease-sqlite) | `sqlite` (default) |
+///
+/// # Errors
+///
+/// [`ConnectError::FeatureDisabled`] for a known scheme whose feature is off;
+/// [`ConnectError::Unsupported`] for `clickhouse://`;
+/// [`ConnectError::UnknownScheme`] for anything else;
+/// [`ConnectError::Backend`] when the backend refuses the URL or cannot connect.
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is kept until it returns.
+pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    let (backend, scheme) = backend_of(url)?;
+    match backend {
+        Backend::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
+            database: "ClickHouse".to_owned(),
+        })),
+        Backend::Sqlite => open_sqlite(url, scheme),
+        Backend::Postgres => open_postgres(url, scheme).await,
+        Backend::MySql => open_mysql(url, scheme).await,
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    lease_sqlite::SqliteStore::connect(url)
+        .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map_err(|e| ConnectError::Backend {
+            backend: "sqlite",
+            source: Box::new(e),
+        })
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    Err(ConnectError::FeatureDisabled {
+        scheme,
+        feature: "sqlite",
+    })
+}
+
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    lease_postgres::PostgresStore::connect(url)
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map_err(|e| ConnectError::Backend {
+            backend: "postgres",
+            source: Box::new(e),
+        })
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    Err(ConnectError::FeatureDisabled {
+        scheme,
+        feature: "postgres",
+    })
+}
+
+#[cfg(feature = "mysql")]
+async fn open_mysql(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    lease_mysql::MySqlStore::connect(url)
+        .await
+        .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map_err(|e| ConnectError::Backend {
+            backend: "mysql",
+            source: Box::new(e),
+        })
+}
+
+#[cfg(not(feature = "mysql"))]
+async fn open_mysql(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    Err(ConnectError::FeatureDisabled {
+        scheme,
+        feature: "mysql",
+    })
+}
+
+/// The coordinator on the database a URL names (see [`connect_store`] for
+/// the URL forms), with the default timings. Call
+/// [`migrate`](Leases::migrate) once as the process starts.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let leases = lease::connect("sqlite::memory:").await?;
+/// leases.migrate().await?;
+/// let lock = leases.claim("lock:example").await?.expect("a new name is free");
+/// assert_eq!(lock.term(), 1);
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`connect_store`].
+///
+/// # Cancel safety
+///
+/// Cancel safe.
+pub async fn connect(url: &str) -> Result<Leases, ConnectError> {
+    connect_store(url).await.map(Leases::from_arc)
+}
+
+/// [`connect`] to the URL in the environment variable `LEASE_DATABASE_URL`.
+///
+/// # Errors
+///
+/// [`ConnectError::MissingEnv`] when it is not set; otherwise as [`connect_store`].
+///
+/// # Cancel safety
+///
+/// Cancel safe.
+pub async fn from_env() -> Result<Leases, ConnectError> {
+    from_var(ENV_VAR).await
+}
+
+async fn from_var(var: &'static str) -> Result<Leases, ConnectError> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => connect(&url).await,
+        _ => Err(ConnectError::MissingEnv(var)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn clickhouse_is_the_unsupported_database_error() {
+        let err = connect("clickhouse://default@localhost:9000/db")
+            .await
+            .unwrap_err();
+        assert!(err.is_unsupported());
+        assert!(
+            matches!(&err, ConnectError::Unsupported(Error::UnsupportedDatabase { database }) if database == "ClickHouse")
+        );
+        assert_eq!(
+            err.to_string(),
+            "leases need a MySQL, PostgreSQL or SQLite database, not ClickHouse"
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_scheme_is_named_and_the_rest_of_the_url_is_not() {
+        let err = connect("redis://user:secret@localhost").await.unwrap_err();
+        assert!(matches!(&err, ConnectError::UnknownScheme { scheme } if scheme == "redis"));
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let err = connect("not a url").await.unwrap_err();
+        assert!(matches!(err, ConnectError::UnknownScheme { .. }));
+    }
+
+    #[tokio::test]
+    async fn schemes_are_case_insensitive() {
+        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, Backend::Postgres);
+        assert_eq!(backend_of("MariaDB://x").unwrap().0, Backend::MySql);
+        assert_eq!(backend_of("sqlite::memory:").unwrap().0, Backend::Sqlite);
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn postgres_without_its_feature_names_the_feature() {
+        let err = connect("postgres://localhost/db").await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConnectError::FeatureDisabled {
+                    feature: "postgres",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("`postgres` cargo feature"),
+            "{err}"
+        );
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    #[tokio::test]
+    async fn mysql_without_its_feature_names_the_feature() {
+        let err = connect("mariadb://localhost/db").await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConnectError::FeatureDisabled {
+                    feature: "mysql",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    #[tokio::test]
+    async fn sqlite_without_its_feature_names_the_feature() {
+        let err = connect("sqlite::memory:").await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                ConnectError::FeatureDisabled {
+                    feature: "sqlite",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_variable_is_named() {
+        let err = from_var("LEASE_TEST_SURELY_UNSET_VARIABLE")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the environment variable LEASE_TEST_SURELY_UNSET_VARIABLE is not set"
+        );
+    }
+}

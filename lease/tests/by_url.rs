@@ -1,0 +1,79 @@
+//! The same program, unchanged, on every configured database: only the URL
+//! differs.
+
+use lease::{Leases, UtcMillis};
+
+/// What a service does with leases, written once.
+async fn scenario(leases: &Leases, tag: &str) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let tag = format!("{tag}:{}:{nanos}", std::process::id());
+    leases.migrate().await.unwrap();
+    leases.available().await.unwrap();
+    let name = format!("lock:by-url:{tag}");
+    let lock = leases
+        .claim(&name)
+        .await
+        .unwrap()
+        .expect("a new name is free");
+    assert_eq!(lock.term(), 1);
+    assert!(
+        leases.claim(&name).await.unwrap().is_none(),
+        "a held name is refused"
+    );
+    lock.renew().await.unwrap();
+    assert_eq!(lock.verify().await.unwrap(), 1);
+    lock.release().await.unwrap();
+    let next = leases
+        .claim(&name)
+        .await
+        .unwrap()
+        .expect("a released name is free");
+    assert_eq!(next.term(), 2);
+    next.release().await.unwrap();
+
+    let job = format!("cron:by-url:{tag}");
+    let now = leases.now().await.unwrap().as_millis();
+    let slot = UtcMillis::from_millis(now - now % 1000 - 60_000);
+    let round = leases
+        .claim_slot(&job, slot)
+        .await
+        .unwrap()
+        .expect("the first instant");
+    round.finish(slot).await.unwrap();
+    assert!(
+        leases.claim_slot(&job, slot).await.unwrap().is_none(),
+        "an instant runs once"
+    );
+    assert_eq!(leases.last_slot(&job).await.unwrap(), Some(slot));
+}
+
+#[tokio::test]
+async fn sqlite_by_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+    scenario(&lease::connect(&url).await.unwrap(), "sqlite").await;
+    scenario(&lease::connect("sqlite::memory:").await.unwrap(), "memory").await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_by_url() {
+    if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
+        scenario(&lease::connect(&url).await.unwrap(), "postgres").await;
+        let postgresql = url.replacen("postgres://", "postgresql://", 1);
+        scenario(&lease::connect(&postgresql).await.unwrap(), "postgresql").await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_by_url() {
+    if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
+        scenario(&lease::connect(&url).await.unwrap(), "mysql").await;
+        let mariadb = url.replacen("mysql://", "mariadb://", 1);
+        scenario(&lease::connect(&mariadb).await.unwrap(), "mariadb").await;
+    }
+}
