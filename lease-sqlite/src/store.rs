@@ -179,9 +179,7 @@ impl SqliteStoreBuilder {
         };
         conn.busy_timeout(self.busy_timeout).map_err(failed)?;
         if let Some(path) = &path {
-            let mode: String = conn
-                .query_row(sql::JOURNAL_MODE_WAL, [], |row| row.get(0))
-                .map_err(failed)?;
+            let mode = switch_to_wal(&conn, self.busy_timeout).map_err(failed)?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(SqliteError::WalUnavailable {
                     path: path.clone(),
@@ -290,6 +288,28 @@ impl SqliteStore {
             Ok(Some(result)) => result.map_err(Into::into),
             Ok(None) => Err("the SQLite call was abandoned before it ran".into()),
             Err(join) => Err(join.into()),
+        }
+    }
+}
+
+/// Switches the file to WAL and returns the journal mode in effect.
+///
+/// The switch needs the file to itself for a moment, and SQLite answers
+/// `SQLITE_BUSY` at once, without calling the busy handler, when another
+/// connection is opening or using it in the old mode. So it is tried again
+/// every 10 ms for as long as the busy timeout.
+fn switch_to_wal(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<String> {
+    const PAUSE: Duration = Duration::from_millis(10);
+    let mut attempts_left = busy_timeout.as_millis() / PAUSE.as_millis();
+    loop {
+        match conn.query_row(sql::JOURNAL_MODE_WAL, [], |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && attempts_left > 0 =>
+            {
+                attempts_left -= 1;
+                std::thread::sleep(PAUSE);
+            }
+            answer => return answer,
         }
     }
 }

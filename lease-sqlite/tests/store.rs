@@ -134,6 +134,26 @@ async fn eight_stores_migrating_an_empty_file_at_once_all_succeed() {
     }
 }
 
+/// Opening switches a new file to WAL; stores opening it at once from
+/// threads of their own all get it in WAL.
+#[test]
+fn eight_stores_opening_a_new_file_at_once_all_open() {
+    let (_dir, path) = db_file();
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                SqliteStore::open(&path).map(drop)
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap().unwrap();
+    }
+}
+
 /// 8 stores, each its own connection to one file, race for one name: once
 /// fresh, once expired. Exactly one wins each time, and no error surfaces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
