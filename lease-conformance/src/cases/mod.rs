@@ -6,6 +6,7 @@
 
 mod claim;
 mod clock;
+mod hold;
 mod release;
 mod renew;
 mod rerun;
@@ -14,6 +15,7 @@ mod verify;
 
 pub use claim::*;
 pub use clock::*;
+pub use hold::*;
 pub use release::*;
 pub use renew::*;
 pub use rerun::*;

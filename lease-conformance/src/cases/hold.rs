@@ -1,0 +1,311 @@
+//! hold: keeping a lease by renewing it on a task of its own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{
+    BoxError, EndCause, Finished, LeaseStore, Leases, LostCause, SlotClaim, Timings, UnfinishedRow,
+};
+use tokio::time::{Instant, sleep, timeout};
+use tokio_util::sync::CancellationToken;
+
+use super::{claimed, ok};
+use crate::Ctx;
+
+/// Lease 1000 ms, renew every 100 ms, local deadline 600 ms, grace 200 ms.
+fn hold_timings() -> Timings {
+    ok(
+        Timings::builder()
+            .lease(Duration::from_millis(1_000))
+            .renew(Duration::from_millis(100))
+            .deadline(Duration::from_millis(600))
+            .grace(Duration::from_millis(200))
+            .build(),
+        "the case's timings",
+    )
+}
+
+/// What a context that ended too early tells a backend author.
+fn early_end(cause: Option<EndCause>) -> &'static str {
+    match cause {
+        Some(EndCause::Lost(LostCause::NotHolder)) => {
+            "a renewal reported the lease gone although nobody touched it: renew must match \
+             name, holder and expires_at_ms > now, set expires_at_ms = now + lease_ms, and \
+             count matched rows, not changed rows"
+        }
+        Some(EndCause::Lost(LostCause::DeadlineExceeded)) => {
+            "no renewal succeeded within the 600 ms local deadline: renew failed or took \
+             longer than its 300 ms bound, again and again"
+        }
+        _ => "the context ended for a reason the case did not cause",
+    }
+}
+
+/// Holding keeps the name well past the lease duration: the renewals on the
+/// holder's own task refuse every rival for three leases, and leave the term
+/// unchanged.
+pub async fn hold_keeps_name_well_past_lease_duration(ctx: Ctx) {
+    let timings = hold_timings();
+    let leases = ctx.leases_with(timings);
+    let rival = ctx.leases();
+    let name = ctx.name("held");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    let holder = h.hold(&CancellationToken::new());
+    let start = Instant::now();
+    while start.elapsed() < timings.lease() * 3 {
+        sleep(Duration::from_millis(150)).await;
+        let context = holder.context();
+        assert!(
+            !context.is_cancelled(),
+            "the holder's context ended {:?} after the claim ({:?}): {}",
+            start.elapsed(),
+            context.cause(),
+            early_end(context.cause())
+        );
+        assert!(
+            ok(rival.claim(&name).await, "a rival's claim").is_none(),
+            "a rival claimed the name {:?} after the claim, although its holder renews a \
+             1000 ms lease every 100 ms (renew must set expires_at_ms = now + lease_ms)",
+            start.elapsed()
+        );
+    }
+    holder.stop().await;
+    assert!(
+        !h.lost(),
+        "the handle is marked lost, but no renewal lost it"
+    );
+    assert_eq!(
+        ok(h.verify().await, "verify after three leases of renewals"),
+        1,
+        "renewals must not move the term"
+    );
+    ok(h.release().await, "release after the renewals stopped");
+}
+
+/// A takeover behind the holder's back (the row released with the holder's
+/// token, then claimed by a rival) ends the holder's context at its next
+/// renewal, as no longer this holder's, and leaves the rival holding.
+pub async fn hold_ends_context_as_not_this_holders_after_takeover(ctx: Ctx) {
+    let timings = hold_timings();
+    let leases = ctx.leases_with(timings);
+    let rival = ctx.leases();
+    let name = ctx.name("taken-behind-its-back");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    let holder = h.hold(&CancellationToken::new());
+    sleep(Duration::from_millis(250)).await;
+    let context = holder.context().clone();
+    assert!(
+        !context.is_cancelled(),
+        "the holder's context ended before the takeover ({:?}): {}",
+        context.cause(),
+        early_end(context.cause())
+    );
+
+    let released = ctx.store().release(&name, h.holder()).await;
+    assert!(
+        matches!(released, Ok(true)),
+        "release with the holder's token, while it held the name, must report it had the \
+         name to give (got {released:?})"
+    );
+    let successor = claimed(&rival, &name, "it was just released").await;
+
+    // The next renewal is due within 100 ms, and answers within its 300 ms bound.
+    let ended = timeout(Duration::from_millis(1_000), context.cancelled()).await;
+    assert!(
+        ended.is_ok(),
+        "the holder's context did not end within 1 s of a takeover: its renewals kept \
+         succeeding on a name held by another (renew must match the holder token and \
+         report 0 matched rows as lost)"
+    );
+    assert_eq!(
+        context.cause(),
+        Some(EndCause::Lost(LostCause::NotHolder)),
+        "after a takeover the holder's context must end as no longer this holder's: the \
+         renewal must answer, reporting 0 matched rows, not fail"
+    );
+    assert!(h.lost(), "the handle must be marked lost with the loss");
+    holder.stop().await;
+    assert_eq!(
+        ok(successor.verify().await, "verify by the successor"),
+        2,
+        "the old holder's renewals must leave the successor holding, at the next term"
+    );
+}
+
+/// With the database out of reach (every renewal hangs), the holder steps
+/// down at its local deadline, while the database still refuses every rival;
+/// the name is free once the lease has run out.
+pub async fn hold_steps_down_at_deadline_before_name_is_free(ctx: Ctx) {
+    let timings = hold_timings();
+    let unreachable = Arc::new(Unreachable::new(ctx.store()));
+    let leases = Leases::from_arc(unreachable.clone())
+        .with_timings(timings)
+        .with_instance("conformance-unreachable-holder");
+    let rival = ctx.leases();
+    let name = ctx.name("out-of-reach");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    let holder = h.hold(&CancellationToken::new());
+    // Renew for longer than lease - deadline, so that only the renewals, not
+    // the claim, can keep the name held past the holder's deadline.
+    sleep(timings.lease() - timings.deadline() + Duration::from_millis(300)).await;
+    let context = holder.context().clone();
+    assert!(
+        !context.is_cancelled(),
+        "the holder's context ended before the database went out of reach ({:?}): {}",
+        context.cause(),
+        early_end(context.cause())
+    );
+
+    unreachable.cut();
+    let cut = Instant::now();
+    let ended = timeout(timings.deadline() * 2, context.cancelled()).await;
+    assert!(
+        ended.is_ok(),
+        "the holder's context did not end within twice the local deadline of the database \
+         going out of reach"
+    );
+    let stepped_down = cut.elapsed();
+    assert_eq!(
+        context.cause(),
+        Some(EndCause::Lost(LostCause::DeadlineExceeded)),
+        "a holder that cannot reach the database must step down at its local deadline"
+    );
+    assert!(h.lost(), "the handle must be marked lost with the loss");
+    assert!(
+        ok(
+            rival.claim(&name).await,
+            "a rival's claim as the holder stepped down"
+        )
+        .is_none(),
+        "the name was free as soon as the holder stepped down at its 600 ms local deadline \
+         ({stepped_down:?} after the cut), although its last renewal gave it a 1000 ms lease: \
+         renew must set expires_at_ms = now + lease_ms by the database clock"
+    );
+    holder.stop().await;
+
+    let freed = timeout(timings.lease() * 2, async {
+        loop {
+            if let Some(successor) = ok(rival.claim(&name).await, "a rival's claim") {
+                return successor;
+            }
+            sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+    let successor = freed.unwrap_or_else(|_| {
+        panic!(
+            "the name was still held two leases after its holder's last renewal: claim must \
+             take a name whose expires_at_ms <= now"
+        )
+    });
+    assert_eq!(
+        successor.term(),
+        2,
+        "the successor's claim must move the term"
+    );
+}
+
+/// Forwards every call to the store under test, except renewals once
+/// [`cut`](Unreachable::cut): they then hang, as against a database that no
+/// longer answers.
+#[derive(Debug)]
+struct Unreachable {
+    inner: Arc<dyn LeaseStore>,
+    cut: AtomicBool,
+}
+
+impl Unreachable {
+    fn new(inner: Arc<dyn LeaseStore>) -> Self {
+        Unreachable {
+            inner,
+            cut: AtomicBool::new(false),
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl LeaseStore for Unreachable {
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError> {
+        self.inner.claim(name, holder, instance, lease_ms).await
+    }
+
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        if self.cut.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.renew(name, holder, lease_ms).await
+    }
+
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        self.inner.verify(name, holder).await
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        self.inner.release(name, holder).await
+    }
+
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        self.inner
+            .claim_slot(name, holder, instance, slot_ms, lease_ms)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError> {
+        self.inner.finish(name, holder, slot_ms, passed_ms).await
+    }
+
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        self.inner.find_unfinished(names).await
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError> {
+        self.inner
+            .claim_rerun(name, term, holder, instance, lease_ms)
+            .await
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        self.inner.last_slot(name).await
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        self.inner.now_ms().await
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        self.inner.migrate().await
+    }
+}
