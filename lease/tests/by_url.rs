@@ -1,5 +1,6 @@
 //! The same program, unchanged, on every configured database: only the URL
 //! differs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its failure report
 
 use lease::{Leases, UtcMillis};
 
