@@ -149,4 +149,12 @@ pub static MAPPING: &[(&str, &[&str])] = &[
             "last_slot_follows_the_rounds",
         ],
     ),
+    (
+        "Hold: renewals keep the name; a loss ends the context with its cause; the holder steps down at its local deadline, before the database frees the name",
+        &[
+            "hold_keeps_name_well_past_lease_duration",
+            "hold_ends_context_as_not_this_holders_after_takeover",
+            "hold_steps_down_at_deadline_before_name_is_free",
+        ],
+    ),
 ];

@@ -83,7 +83,13 @@ impl Fault {
                 "concurrent_claims_of_expired_name_have_one_winner",
             ],
         ),
-        (Fault::RenewIgnoresHolder, &["renew_after_takeover_is_lost"]),
+        (
+            Fault::RenewIgnoresHolder,
+            &[
+                "renew_after_takeover_is_lost",
+                "hold_ends_context_as_not_this_holders_after_takeover",
+            ],
+        ),
         (
             Fault::RenewIgnoresExpiry,
             &["renew_after_expiry_is_lost_even_without_successor"],

@@ -1,0 +1,397 @@
+//! An in-process TCP proxy that can stall and cut connections: the database
+//! going out of reach, without any external tool.
+//!
+//! Put it between a store and its server, connect the store to
+//! [`Proxy::addr`], and the test decides when the network fails:
+//!
+//! - [`pause`](Proxy::pause): no byte is forwarded either way, and every
+//!   connection stays open, as across a network partition that drops packets
+//!   without resetting anything: statements hang, nothing errors.
+//! - [`resume`](Proxy::resume): bytes flow again, those held back included.
+//! - [`cut`](Proxy::cut): every open connection is closed at once (both sides
+//!   see it end), as when a server restarts; new connections are accepted.
+//!
+//! Dropping the proxy (or [`shutdown`](Proxy::shutdown)) stops accepting and
+//! closes every connection: every task it spawned is owned by it.
+//!
+//! A driver that prefers a UNIX socket (mysql_async does by default) bypasses
+//! the proxy: turn that off (`prefer_socket=false`), or the test tests nothing.
+//!
+//! ```
+//! # async fn example() -> std::io::Result<()> {
+//! use lease_conformance::proxy::Proxy;
+//!
+//! let proxy = Proxy::start("127.0.0.1:5432").await?;
+//! let url = format!("postgres://postgres@{}/test", proxy.addr());
+//! // ... connect a store to `url`, claim, hold ...
+//! proxy.pause(); // the database is out of reach: renewals hang
+//! // ... the holder steps down at its local deadline ...
+//! proxy.resume();
+//! # drop(url);
+//! # Ok(()) }
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs, lookup_host};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+/// A TCP proxy on `127.0.0.1`, forwarding every connection to one target.
+/// See the [module docs](self).
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    target: SocketAddr,
+    paused: watch::Sender<bool>,
+    /// Cancelled by [`cut`](Proxy::cut): ends the connections open then.
+    generation: Arc<Mutex<CancellationToken>>,
+    shutdown: CancellationToken,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts a proxy on `127.0.0.1` (a free port) forwarding to `target`.
+    /// The target is resolved once, now; it is connected to for each
+    /// connection the proxy accepts.
+    ///
+    /// # Errors
+    ///
+    /// When `target` does not resolve, or the proxy cannot listen.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the listener.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub async fn start(target: impl ToSocketAddrs) -> io::Result<Proxy> {
+        let target = lookup_host(target).await?.next().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "the target resolved to no address")
+        })?;
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (paused, _) = watch::channel(false);
+        let generation = Arc::new(Mutex::new(CancellationToken::new()));
+        let shutdown = CancellationToken::new();
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            target,
+            paused.clone(),
+            generation.clone(),
+            shutdown.clone(),
+        ));
+        Ok(Proxy {
+            addr,
+            target,
+            paused,
+            generation,
+            shutdown,
+            accept: Some(accept),
+        })
+    }
+
+    /// The address to connect to instead of the target.
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address the proxy forwards to.
+    #[must_use]
+    pub fn target(&self) -> SocketAddr {
+        self.target
+    }
+
+    /// Stops forwarding bytes, both ways, on every connection, open or yet to
+    /// come; the connections stay open. Bytes read meanwhile are held back
+    /// until [`resume`](Proxy::resume).
+    pub fn pause(&self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Forwards bytes again, those held back first.
+    pub fn resume(&self) {
+        self.paused.send_replace(false);
+    }
+
+    /// Whether the proxy is paused.
+    #[must_use]
+    pub fn is_paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Closes every connection open now, both towards the client and
+    /// towards the target. Connections made afterwards are forwarded as
+    /// usual (unless the proxy is paused).
+    pub fn cut(&self) {
+        let mut current = self
+            .generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        current.cancel();
+        *current = CancellationToken::new();
+    }
+
+    /// Stops accepting, closes every connection, and returns once the
+    /// proxy's tasks have ended.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the tasks signalled to end; they end at
+    /// their next turn on the runtime.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    target: SocketAddr,
+    paused: watch::Sender<bool>,
+    generation: Arc<Mutex<CancellationToken>>,
+    shutdown: CancellationToken,
+) {
+    // Dropped with the loop: aborts every connection's tasks.
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+            // Reap finished connections as they end.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok((client, _)) = accepted else {
+            // A failed accept (the client gave up, or no file descriptor
+            // left): the listener stays usable.
+            continue;
+        };
+        let cut = generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        connections.spawn(connection(client, target, paused.subscribe(), cut));
+    }
+}
+
+/// Forwards one connection until either side closes it or it is cut.
+async fn connection(
+    client: TcpStream,
+    target: SocketAddr,
+    paused: watch::Receiver<bool>,
+    cut: CancellationToken,
+) {
+    let server = tokio::select! {
+        () = cut.cancelled() => return,
+        server = TcpStream::connect(target) => server,
+    };
+    let Ok(server) = server else {
+        // The target refused: closing the client's connection says so.
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    tokio::select! {
+        () = cut.cancelled() => {}
+        () = async {
+            tokio::join!(
+                pump(client_read, server_write, paused.clone()),
+                pump(server_read, client_write, paused),
+            );
+        } => {}
+    }
+    // Both halves of both sockets are dropped here: the connections close.
+}
+
+/// Copies bytes from `from` to `to`, never while paused.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut paused: watch::Receiver<bool>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        if paused.wait_for(|p| !*p).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown().await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        // Bytes read just as the proxy paused are held back until it resumes.
+        if paused.wait_for(|p| !*p).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::time::timeout;
+
+    use super::*;
+
+    /// An echo server; returns its address.
+    async fn echo_server() -> SocketAddr {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => {
+                                if socket.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(stream: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
+        stream.write_all(msg).await.unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+            .await
+            .expect("an answer through the proxy")
+            .unwrap();
+        buf
+    }
+
+    #[tokio::test]
+    async fn forwards_both_ways() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut stream, b"ping").await, b"ping");
+        assert_eq!(round_trip(&mut stream, b"pong").await, b"pong");
+    }
+
+    #[tokio::test]
+    async fn pause_holds_bytes_back_and_keeps_the_connection_open_until_resume() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut stream, b"before").await, b"before");
+
+        proxy.pause();
+        assert!(proxy.is_paused());
+        stream.write_all(b"held").await.unwrap();
+        let mut buf = [0u8; 4];
+        assert!(
+            timeout(Duration::from_millis(300), stream.read_exact(&mut buf))
+                .await
+                .is_err(),
+            "nothing may come back while paused"
+        );
+
+        proxy.resume();
+        timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+            .await
+            .expect("the held bytes after resume")
+            .unwrap();
+        assert_eq!(&buf, b"held");
+        assert_eq!(round_trip(&mut stream, b"after").await, b"after");
+    }
+
+    #[tokio::test]
+    async fn a_connection_made_while_paused_is_held_too() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        proxy.pause();
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        stream.write_all(b"early").await.unwrap();
+        let mut buf = [0u8; 5];
+        assert!(
+            timeout(Duration::from_millis(300), stream.read_exact(&mut buf))
+                .await
+                .is_err()
+        );
+        proxy.resume();
+        timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf, b"early");
+    }
+
+    #[tokio::test]
+    async fn cut_closes_open_connections_and_accepts_new_ones() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut stream, b"one").await, b"one");
+
+        proxy.cut();
+        let mut buf = [0u8; 8];
+        let read = timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the cut connection must end, not hang");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "a cut connection must end: {read:?}"
+        );
+
+        let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut again, b"two").await, b"two");
+    }
+
+    #[tokio::test]
+    async fn cut_while_paused_closes_the_held_connections() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut stream, b"x").await, b"x");
+        proxy.pause();
+        proxy.cut();
+        let mut buf = [0u8; 1];
+        let read = timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the cut connection must end even while paused");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_everything() {
+        let proxy = Proxy::start(echo_server().await).await.unwrap();
+        let addr = proxy.addr();
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(round_trip(&mut stream, b"x").await, b"x");
+        proxy.shutdown().await;
+        let mut buf = [0u8; 1];
+        let read = timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the connection must end with the proxy");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "nothing listens after shutdown"
+        );
+    }
+}
