@@ -1,1 +1,15 @@
-//! Placeholder: the mysql backend lands with its own issue.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod error;
+mod schema;
+mod sql;
+mod store;
+
+pub use error::MySqlError;
+pub use schema::DEFAULT_TABLE;
+pub use store::{BoxFuture, MySqlStore, MySqlStoreBuilder};
+
+/// The driver, re-exported: its `Pool`, `Transaction`, `SslOpts` and the
+/// `Queryable` trait are part of this crate's API.
+pub use mysql_async;

@@ -1,0 +1,217 @@
+//! The crate's error type.
+
+use std::time::Duration;
+
+use lease_core::EndCause;
+
+/// What can go wrong building a [`MySqlStore`](crate::MySqlStore) or running a
+/// guarded transaction.
+///
+/// No variant carries the connection URL or the driver's options: the
+/// password never reaches `Debug`, `Display` or a log line. The driver's
+/// error, when there is one, is the [`source`](std::error::Error::source),
+/// never repeated in the message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MySqlError {
+    /// The URL's scheme is neither `mysql` nor `mariadb`.
+    #[error("unsupported URL scheme {scheme:?}: expected mysql:// or mariadb://")]
+    UnsupportedScheme {
+        /// The scheme given.
+        scheme: String,
+    },
+
+    /// The connection URL could not be parsed, or one of its parameters is
+    /// unknown or has a bad value.
+    #[error("invalid MySQL connection URL")]
+    InvalidUrl {
+        /// What the driver objected to (it never quotes the password).
+        #[source]
+        source: mysql_async::UrlError,
+    },
+
+    /// The lease table name cannot be used as an identifier.
+    #[error("invalid lease table name {name:?}: {reason}")]
+    InvalidTableName {
+        /// The name given.
+        name: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+
+    /// A setting of the builder is out of range.
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+
+    /// The first connection failed: server unreachable, credentials refused,
+    /// TLS handshake failed.
+    #[error("could not connect to the MySQL server at {server}")]
+    Connect {
+        /// `host:port` (or the socket path).
+        server: String,
+        /// The driver's error.
+        #[source]
+        source: mysql_async::Error,
+    },
+
+    /// TLS is required (`require_ssl=true` or
+    /// [`with_tls`](crate::MySqlStoreBuilder::with_tls)) and the server does
+    /// not offer it: the connection is refused rather than made in the clear.
+    #[error(
+        "the MySQL server at {server} does not offer TLS, which this connection requires; \
+         nothing was sent in the clear"
+    )]
+    TlsUnavailable {
+        /// `host:port`.
+        server: String,
+    },
+
+    /// The first connection did not complete in time.
+    #[error("connecting to the MySQL server at {server} took longer than {after:?}")]
+    ConnectTimeout {
+        /// `host:port`.
+        server: String,
+        /// The bound that passed.
+        after: Duration,
+    },
+
+    /// The server is older than the protocol supports.
+    #[error(
+        "the server at {server} runs {version}: leases need MariaDB 10.6 or later, or MySQL 8.0 or later"
+    )]
+    UnsupportedServer {
+        /// `host:port`.
+        server: String,
+        /// What `VERSION()` returned.
+        version: String,
+    },
+
+    /// The lease table exists with a shape the protocol cannot use.
+    #[error("the lease table {table} cannot be used: {reason}")]
+    IncompatibleTable {
+        /// The quoted table name.
+        table: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The guarded transaction's verification found the lease no longer
+    /// this holder's: not one statement of the work ran.
+    #[error("lease {name:?} lost: the guarded transaction was refused before its first statement")]
+    Lost {
+        /// The lease's name.
+        name: String,
+    },
+
+    /// The lease context ended (the lease was lost, the parent was
+    /// cancelled, or the renewals stopped) before the guarded transaction
+    /// committed: it was rolled back.
+    #[error("lease {name:?} context ended before commit ({}): the transaction was rolled back", DisplayCause(*cause))]
+    Ended {
+        /// The lease's name.
+        name: String,
+        /// Why the context ended, when it says.
+        cause: Option<EndCause>,
+    },
+
+    /// A statement failed: the server did not answer, or refused it.
+    #[error("a MySQL statement failed")]
+    Database(#[from] mysql_async::Error),
+}
+
+struct DisplayCause(Option<EndCause>);
+
+impl std::fmt::Display for DisplayCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(cause) => write!(f, "{cause}"),
+            None => f.write_str("cancelled"),
+        }
+    }
+}
+
+impl MySqlError {
+    /// Whether the lease is lost: the work under it must stop.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        match self {
+            MySqlError::Lost { .. } => true,
+            MySqlError::Ended { cause, .. } => matches!(cause, Some(EndCause::Lost(_))),
+            _ => false,
+        }
+    }
+
+    /// Whether trying again later may succeed: the server could not be
+    /// reached or did not answer (a lock wait or deadlock included).
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            MySqlError::Connect { source, .. } => retryable(source),
+            MySqlError::ConnectTimeout { .. } => true,
+            MySqlError::Database(source) => retryable(source),
+            _ => false,
+        }
+    }
+}
+
+/// Connection trouble, lock waits, deadlocks and statement timeouts are
+/// worth another try; other server errors (a missing table, a refused
+/// privilege) are not.
+fn retryable(err: &mysql_async::Error) -> bool {
+    match err {
+        mysql_async::Error::Server(e) => matches!(
+            e.code,
+            // lock wait timeout, deadlock, MariaDB statement timeout,
+            // MySQL statement timeout, too many connections, server shutdown
+            1205 | 1213 | 1969 | 3024 | 1040 | 1053 | 1927
+        ),
+        mysql_async::Error::Io(_) => true,
+        mysql_async::Error::Driver(e) => matches!(
+            e,
+            mysql_async::DriverError::ConnectionClosed | mysql_async::DriverError::PacketOutOfOrder
+        ),
+        mysql_async::Error::Other(_) => true,
+        mysql_async::Error::Url(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_core::LostCause;
+
+    #[test]
+    fn lost_and_ended_by_loss_are_lost() {
+        assert!(MySqlError::Lost { name: "n".into() }.is_lost());
+        let ended = MySqlError::Ended {
+            name: "n".into(),
+            cause: Some(EndCause::Lost(LostCause::DeadlineExceeded)),
+        };
+        assert!(ended.is_lost());
+        assert!(
+            ended
+                .to_string()
+                .contains("no renewal within the local deadline"),
+            "{ended}"
+        );
+        let shutdown = MySqlError::Ended {
+            name: "n".into(),
+            cause: Some(EndCause::ParentCancelled),
+        };
+        assert!(!shutdown.is_lost());
+    }
+
+    #[test]
+    fn lock_waits_are_retryable_missing_tables_are_not() {
+        let server = |code| {
+            MySqlError::Database(mysql_async::Error::Server(mysql_async::ServerError {
+                code,
+                message: String::new(),
+                state: "HY000".into(),
+            }))
+        };
+        assert!(server(1205).is_retryable());
+        assert!(server(1213).is_retryable());
+        assert!(!server(1146).is_retryable());
+    }
+}

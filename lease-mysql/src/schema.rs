@@ -1,0 +1,167 @@
+//! The lease table: its DDL, and the validated, quoted table name.
+
+use std::fmt;
+
+use crate::error::MySqlError;
+
+/// The default table name, the specification's.
+pub const DEFAULT_TABLE: &str = "gst_leases";
+
+/// The table, created if it does not exist. `name` and `holder` are binary
+/// strings, so names compare byte for byte: under a `utf8mb4` collation
+/// `job`, `JOB` and (with `PAD SPACE` collations, MariaDB's and MySQL 5.7's
+/// `utf8mb4_bin` included) `job ` would be one name. 191 bytes is
+/// [`lease_core::MAX_NAME_BYTES`].
+pub(crate) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (\
+     name VARBINARY(191) NOT NULL, \
+     holder VARBINARY(64) NOT NULL, \
+     instance VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+     term BIGINT UNSIGNED NOT NULL, \
+     expires_at_ms BIGINT NOT NULL, \
+     slot_ms BIGINT NOT NULL DEFAULT 0, \
+     unfinished_slot_ms BIGINT NOT NULL DEFAULT 0, \
+     rerun_slot_ms BIGINT NOT NULL DEFAULT 0, \
+     PRIMARY KEY (name)\
+     ) ENGINE = InnoDB";
+
+/// Reads the type of the existing table's `name` column, to refuse a table
+/// whose names would not compare byte for byte.
+pub(crate) const NAME_COLUMN_TYPE: &str = "SELECT DATA_TYPE FROM information_schema.COLUMNS \
+     WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table AND COLUMN_NAME = 'name'";
+
+/// The longest identifier MySQL and MariaDB accept.
+const MAX_IDENT: usize = 64;
+
+/// A validated table name, `table` or `schema.table`, each part quoted with
+/// backticks.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct TableName {
+    schema: Option<String>,
+    table: String,
+    quoted: String,
+}
+
+impl fmt::Debug for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.quoted)
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.quoted)
+    }
+}
+
+impl TableName {
+    /// Validates `name`: one or two dot-separated parts of 1 to 64 ASCII
+    /// letters, digits, `_` or `$`, not all digits.
+    pub(crate) fn parse(name: &str) -> Result<Self, MySqlError> {
+        let invalid = |reason: &'static str| MySqlError::InvalidTableName {
+            name: name.to_owned(),
+            reason,
+        };
+        let mut parts = name.split('.');
+        let first = parts.next().unwrap_or_default();
+        let second = parts.next();
+        if parts.next().is_some() {
+            return Err(invalid("at most one dot, between schema and table"));
+        }
+        for part in std::iter::once(first).chain(second) {
+            if part.is_empty() {
+                return Err(invalid("an empty identifier"));
+            }
+            if part.len() > MAX_IDENT {
+                return Err(invalid("an identifier is longer than 64 characters"));
+            }
+            if !part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
+            {
+                return Err(invalid(
+                    "only ASCII letters, digits, '_' and '$' are allowed in an identifier",
+                ));
+            }
+            if part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid("an identifier cannot be only digits"));
+            }
+        }
+        let (schema, table) = match second {
+            Some(table) => (Some(first.to_owned()), table.to_owned()),
+            None => (None, first.to_owned()),
+        };
+        let quoted = match &schema {
+            Some(s) => format!("`{s}`.`{table}`"),
+            None => format!("`{table}`"),
+        };
+        Ok(TableName {
+            schema,
+            table,
+            quoted,
+        })
+    }
+
+    /// The default table, `gst_leases`.
+    pub(crate) fn default_table() -> Self {
+        TableName {
+            schema: None,
+            table: DEFAULT_TABLE.to_owned(),
+            quoted: format!("`{DEFAULT_TABLE}`"),
+        }
+    }
+
+    /// The quoted name, as the statements use it.
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
+    }
+
+    /// The schema part, if given.
+    pub(crate) fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// The table part.
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_qualified_names_are_quoted() {
+        assert_eq!(
+            TableName::parse("gst_leases").unwrap().quoted(),
+            "`gst_leases`"
+        );
+        let t = TableName::parse("app.leases$1").unwrap();
+        assert_eq!(t.quoted(), "`app`.`leases$1`");
+        assert_eq!(t.schema(), Some("app"));
+        assert_eq!(t.table(), "leases$1");
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        for bad in [
+            "",
+            "a.b.c",
+            ".t",
+            "t.",
+            "le`ases",
+            "le ases",
+            "lease;DROP",
+            "123",
+            "é",
+            &"x".repeat(65),
+        ] {
+            let err = TableName::parse(bad).unwrap_err();
+            assert!(
+                matches!(err, MySqlError::InvalidTableName { .. }),
+                "{bad:?}: {err:?}"
+            );
+        }
+        assert!(TableName::parse(&"x".repeat(64)).is_ok());
+    }
+}

@@ -1,0 +1,288 @@
+//! The statements, as constants: bound parameters only. The one thing
+//! formatted into them is the validated, quoted table name (`{table}`).
+//!
+//! Outcomes are read from the OK packet's `last_insert_id`, never from the
+//! rows-affected count: every write that succeeds calls `LAST_INSERT_ID(expr)`
+//! with a positive value in an assignment only a matched row evaluates, so
+//! the packet carries the term (or an outcome code) when the row matched,
+//! and 0 (`None`) when it did not. This holds whatever the connection's
+//! `CLIENT_FOUND_ROWS` setting is, and a renewal that writes the expiry it
+//! already had (two renewals in one millisecond) still reads as held.
+
+/// The database's clock in UTC milliseconds, read in the statement itself.
+///
+/// `UNIX_TIMESTAMP()` without an argument is the seconds since the epoch,
+/// with no session time zone involved; the milliseconds of `NOW(3)` do not
+/// depend on the time zone either. Both read the statement's start time, so
+/// they cannot straddle a second boundary.
+macro_rules! now_ms {
+    () => {
+        "(UNIX_TIMESTAMP() * 1000 + MICROSECOND(NOW(3)) DIV 1000)"
+    };
+}
+
+/// The placeholder the table name replaces.
+const TABLE: &str = "{table}";
+
+/// The clock read: `SELECT <now>`.
+pub(crate) const NOW: &str = concat!("SELECT ", now_ms!());
+
+/// Claim, with the insert when there is no row, in one statement.
+///
+/// The assignments of `ON DUPLICATE KEY UPDATE` run left to right and each
+/// sees the values set before it, so `expires_at_ms` comes last: every
+/// condition reads the old expiry. `LAST_INSERT_ID(1)` in the inserted row is
+/// evaluated whether or not the row exists; on a duplicate the update sets it
+/// again, to the new term when the lease was free and to 0 when it is held.
+pub(crate) const CLAIM: &str = concat!(
+    "INSERT INTO {table} (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) ",
+    "VALUES (:name, :holder, :instance, LAST_INSERT_ID(1), ",
+    now_ms!(),
+    " + :lease_ms, 0, 0, 0) ",
+    "ON DUPLICATE KEY UPDATE ",
+    "holder = IF(expires_at_ms <= ",
+    now_ms!(),
+    ", :holder, holder), ",
+    "instance = IF(expires_at_ms <= ",
+    now_ms!(),
+    ", :instance, instance), ",
+    "term = IF(expires_at_ms <= ",
+    now_ms!(),
+    ", LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), ",
+    "expires_at_ms = IF(expires_at_ms <= ",
+    now_ms!(),
+    ", ",
+    now_ms!(),
+    " + :lease_ms, expires_at_ms)"
+);
+
+/// Renewal: `LAST_INSERT_ID(term)` reports the match.
+pub(crate) const RENEW: &str = concat!(
+    "UPDATE {table} SET expires_at_ms = ",
+    now_ms!(),
+    " + :lease_ms, term = LAST_INSERT_ID(term) ",
+    "WHERE name = :name AND holder = :holder AND expires_at_ms > ",
+    now_ms!()
+);
+
+/// Verify.
+pub(crate) const VERIFY: &str = concat!(
+    "SELECT term FROM {table} WHERE name = :name AND holder = :holder AND expires_at_ms > ",
+    now_ms!()
+);
+
+/// Verify as the first statement of a guarded transaction: the shared lock
+/// on the row makes every write to it (a successor's claim, and the holder's
+/// own renewals) wait until the transaction ends. `LOCK IN SHARE MODE` is
+/// understood by MariaDB and MySQL 8 alike (MySQL 8 also spells it `FOR SHARE`).
+pub(crate) const VERIFY_LOCKED: &str = concat!(
+    "SELECT term FROM {table} WHERE name = :name AND holder = :holder AND expires_at_ms > ",
+    now_ms!(),
+    " LOCK IN SHARE MODE"
+);
+
+/// Release: `LAST_INSERT_ID(term)` reports the match.
+pub(crate) const RELEASE: &str = "UPDATE {table} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
+     WHERE name = :name AND holder = :holder";
+
+/// The read of an instant claim.
+pub(crate) const SLOT_READ: &str = concat!(
+    "SELECT term, slot_ms, unfinished_slot_ms, rerun_slot_ms, expires_at_ms <= ",
+    now_ms!(),
+    " FROM {table} WHERE name = :name"
+);
+
+/// The write of an instant claim over a row read with `:term`.
+pub(crate) const SLOT_UPDATE: &str = concat!(
+    "UPDATE {table} SET holder = :holder, instance = :instance, term = LAST_INSERT_ID(term + 1), ",
+    "expires_at_ms = ",
+    now_ms!(),
+    " + :lease_ms, slot_ms = :slot, unfinished_slot_ms = :slot ",
+    "WHERE name = :name AND term = :term AND expires_at_ms <= ",
+    now_ms!(),
+    " AND slot_ms < :slot"
+);
+
+/// The insert of an instant claim when there was no row: 1 inserted, 0 when
+/// someone was first (the duplicate's update changes nothing but resets the id).
+pub(crate) const SLOT_INSERT: &str = concat!(
+    "INSERT INTO {table} (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) ",
+    "VALUES (:name, :holder, :instance, LAST_INSERT_ID(1), ",
+    now_ms!(),
+    " + :lease_ms, :slot, :slot, 0) ",
+    "ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0)"
+);
+
+/// Outcome code of [`FINISH`]: the holder still held the name.
+pub(crate) const FINISH_RELEASED: u64 = 1;
+/// Outcome code of [`FINISH`]: the end was recorded without the lease.
+pub(crate) const FINISH_WITHOUT_LEASE: u64 = 2;
+
+/// Finish, both statements of the specification folded into one: the row
+/// matches when `:holder` holds it (give it back, take `:passed` along) or,
+/// failing that, when its unfinished instant is still `:slot` (record the end
+/// only). `:holder` is NULL when the handle is known lost. The outcome code
+/// rides on the `term` assignment, which leaves the term as it was.
+pub(crate) const FINISH: &str = concat!(
+    "UPDATE {table} SET ",
+    "slot_ms = IF(holder <=> :holder AND :passed > slot_ms AND :passed <= ",
+    now_ms!(),
+    ", :passed, slot_ms), ",
+    "expires_at_ms = IF(holder <=> :holder, 0, expires_at_ms), ",
+    "unfinished_slot_ms = 0, ",
+    "term = term + 0 * LAST_INSERT_ID(IF(holder <=> :holder, 1, 2)) ",
+    "WHERE name = :name AND (holder <=> :holder OR unfinished_slot_ms = :slot)"
+);
+
+/// The head of the search for unfinished instants; `IN (...)` follows.
+const FIND_HEAD: &str = "SELECT name, term, slot_ms FROM {table} WHERE name IN (";
+
+/// The tail of the search for unfinished instants.
+const FIND_TAIL: &str = concat!(
+    ") AND unfinished_slot_ms = slot_ms AND rerun_slot_ms < slot_ms AND expires_at_ms <= ",
+    now_ms!()
+);
+
+/// Claim again.
+pub(crate) const CLAIM_RERUN: &str = concat!(
+    "UPDATE {table} SET holder = :holder, instance = :instance, term = LAST_INSERT_ID(term + 1), ",
+    "expires_at_ms = ",
+    now_ms!(),
+    " + :lease_ms, rerun_slot_ms = slot_ms ",
+    "WHERE name = :name AND term = :term AND unfinished_slot_ms = slot_ms ",
+    "AND rerun_slot_ms < slot_ms AND expires_at_ms <= ",
+    now_ms!()
+);
+
+/// The last instant on record.
+pub(crate) const LAST_SLOT: &str = "SELECT slot_ms FROM {table} WHERE name = :name";
+
+/// The statements of one table, rendered once.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) claim: String,
+    pub(crate) renew: String,
+    pub(crate) verify: String,
+    pub(crate) verify_locked: String,
+    pub(crate) release: String,
+    pub(crate) slot_read: String,
+    pub(crate) slot_update: String,
+    pub(crate) slot_insert: String,
+    pub(crate) finish: String,
+    pub(crate) claim_rerun: String,
+    pub(crate) last_slot: String,
+    find_head: String,
+    pub(crate) create_table: String,
+}
+
+impl Statements {
+    /// Renders every statement for `quoted`, a validated, quoted table name.
+    pub(crate) fn new(quoted: &str) -> Self {
+        let r = |template: &str| template.replace(TABLE, quoted);
+        Statements {
+            claim: r(CLAIM),
+            renew: r(RENEW),
+            verify: r(VERIFY),
+            verify_locked: r(VERIFY_LOCKED),
+            release: r(RELEASE),
+            slot_read: r(SLOT_READ),
+            slot_update: r(SLOT_UPDATE),
+            slot_insert: r(SLOT_INSERT),
+            finish: r(FINISH),
+            claim_rerun: r(CLAIM_RERUN),
+            last_slot: r(LAST_SLOT),
+            find_head: r(FIND_HEAD),
+            create_table: r(crate::schema::CREATE_TABLE),
+        }
+    }
+
+    /// The search for `slots` names: `slots` positional placeholders. The
+    /// caller rounds the count up to a power of two (repeating a name), so
+    /// that a handful of prepared statements serve every count.
+    pub(crate) fn find_unfinished(&self, slots: usize) -> String {
+        let mut sql = String::with_capacity(self.find_head.len() + FIND_TAIL.len() + 3 * slots);
+        sql.push_str(&self.find_head);
+        for i in 0..slots {
+            sql.push_str(if i == 0 { "?" } else { ", ?" });
+        }
+        sql.push_str(FIND_TAIL);
+        sql
+    }
+}
+
+/// The session's SQL mode: strict, so nothing is silently truncated or
+/// coerced, and no `ANSI_QUOTES` or `PIPES_AS_CONCAT` a server default might
+/// carry.
+pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION";
+
+/// The session setup statement run on every connection of the pool: strict
+/// SQL mode, the InnoDB lock-wait bound, and the server-side statement bound
+/// where the server has one that applies to writes.
+///
+/// The statement bound is written in executable comments: MariaDB runs
+/// `/*M!100600 ... */` (`max_statement_time`, seconds, every statement) and
+/// ignores `/*!80000 ... */`; MySQL ignores the first and runs the second
+/// (`max_execution_time`, milliseconds, `SELECT` only). The numbers are the
+/// only formatted parts.
+pub(crate) fn session_setup(lock_wait_secs: u64, statement_ms: Option<u64>) -> String {
+    let mut sql =
+        format!("SET SESSION sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = {lock_wait_secs}");
+    if let Some(ms) = statement_ms {
+        let secs = ms / 1000;
+        let frac = ms % 1000;
+        sql.push_str(&format!(
+            " /*M!100600 , max_statement_time = {secs}.{frac:03} */ /*!80000 , max_execution_time = {ms} */"
+        ));
+    }
+    sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_rendered_with_the_table_and_nothing_else() {
+        let s = Statements::new("`t1`");
+        for sql in [
+            &s.claim,
+            &s.renew,
+            &s.verify,
+            &s.verify_locked,
+            &s.release,
+            &s.slot_read,
+            &s.slot_update,
+            &s.slot_insert,
+            &s.finish,
+            &s.claim_rerun,
+            &s.last_slot,
+            &s.create_table,
+        ] {
+            assert!(sql.contains("`t1`"), "{sql}");
+            assert!(!sql.contains('{'), "{sql}");
+        }
+        let find = s.find_unfinished(3);
+        assert!(find.contains("IN (?, ?, ?)"), "{find}");
+    }
+
+    #[test]
+    fn claim_writes_the_expiry_last_so_every_condition_reads_the_old_one() {
+        let update = CLAIM.split("ON DUPLICATE KEY UPDATE").nth(1).unwrap_or("");
+        let holder = update.find("holder =").unwrap_or(usize::MAX);
+        let term = update.find("term =").unwrap_or(usize::MAX);
+        let expiry = update.find("expires_at_ms = IF").unwrap_or(0);
+        assert!(holder < expiry && term < expiry, "{update}");
+    }
+
+    #[test]
+    fn session_setup_formats_numbers_only() {
+        assert_eq!(
+            session_setup(3, Some(4_500)),
+            format!(
+                "SET SESSION sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = 3 \
+                 /*M!100600 , max_statement_time = 4.500 */ /*!80000 , max_execution_time = 4500 */"
+            )
+        );
+        assert!(!session_setup(2, None).contains("max_"));
+    }
+}

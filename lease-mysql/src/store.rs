@@ -1,0 +1,947 @@
+//! `MySqlStore`: the protocol's statements on mysql_async's pool.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{
+    BoxError, Finished, LeaseContext, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+};
+use mysql_async::prelude::Queryable;
+use mysql_async::{
+    Conn, Opts, OptsBuilder, Params, Pool, PoolConstraints, SslOpts, Transaction, TxOpts, Value,
+    params,
+};
+
+use crate::error::MySqlError;
+use crate::schema::{DEFAULT_TABLE, NAME_COLUMN_TYPE, TableName};
+use crate::sql::{self, Statements};
+
+/// A boxed, `Send` future: what the work of a
+/// [guarded transaction](MySqlStore::transaction) returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The most names one search for unfinished instants binds; more are
+/// searched in several statements.
+const MAX_NAMES_PER_SEARCH: usize = 4096;
+
+/// How often a write that InnoDB chose as a deadlock victim is tried again
+/// within the same call. The victim's statement was rolled back whole.
+const DEADLOCK_RETRIES: usize = 2;
+
+/// How long a guarded transaction's rollback may take before its connection
+/// is killed instead.
+const ROLLBACK_BOUND: Duration = Duration::from_secs(1);
+
+/// Builds a [`MySqlStore`]: table name, pool and session settings, TLS.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), lease_mysql::MySqlError> {
+/// use std::time::Duration;
+/// use lease_mysql::MySqlStore;
+///
+/// let store = MySqlStore::builder()
+///     .with_table("app.leases")
+///     .with_pool_constraints(1, 8)
+///     .with_lock_wait_timeout(Duration::from_secs(2))
+///     .connect("mariadb://app:secret@db.internal:3306/app?require_ssl=true")
+///     .await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct MySqlStoreBuilder {
+    table: String,
+    pool_constraints: Option<(usize, usize)>,
+    lock_wait_timeout: Duration,
+    statement_timeout: Option<Duration>,
+    connect_timeout: Duration,
+    tls: Option<SslOpts>,
+    prefer_socket: Option<bool>,
+    stmt_cache_size: usize,
+}
+
+impl fmt::Debug for MySqlStoreBuilder {
+    /// Shows whether TLS options are set, never their contents (a client
+    /// identity may hold a private key).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStoreBuilder")
+            .field("table", &self.table)
+            .field("pool_constraints", &self.pool_constraints)
+            .field("lock_wait_timeout", &self.lock_wait_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls.is_some())
+            .field("prefer_socket", &self.prefer_socket)
+            .field("stmt_cache_size", &self.stmt_cache_size)
+            .finish()
+    }
+}
+
+impl Default for MySqlStoreBuilder {
+    fn default() -> Self {
+        MySqlStoreBuilder {
+            table: DEFAULT_TABLE.to_owned(),
+            pool_constraints: None,
+            lock_wait_timeout: MySqlStoreBuilder::DEFAULT_LOCK_WAIT_TIMEOUT,
+            statement_timeout: Some(MySqlStoreBuilder::DEFAULT_STATEMENT_TIMEOUT),
+            connect_timeout: MySqlStoreBuilder::DEFAULT_CONNECT_TIMEOUT,
+            tls: None,
+            prefer_socket: None,
+            stmt_cache_size: MySqlStoreBuilder::DEFAULT_STMT_CACHE_SIZE,
+        }
+    }
+}
+
+impl MySqlStoreBuilder {
+    /// The default InnoDB lock-wait bound of the store's sessions: 3 s, under
+    /// the protocol's 5 s bound on each statement (InnoDB's own default of
+    /// 50 s would hold a claim far past it).
+    pub const DEFAULT_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(3);
+    /// The default server-side bound on each statement: 5 s, the protocol's
+    /// bound on its own statements.
+    pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default bound on the first connection: 10 s.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The default number of prepared statements cached per connection: 32,
+    /// room for every statement of the protocol so each costs one round trip.
+    pub const DEFAULT_STMT_CACHE_SIZE: usize = 32;
+
+    /// Sets the lease table: `table` or `schema.table`, ASCII letters,
+    /// digits, `_` and `$` only (checked when the store is built). Default
+    /// `gst_leases`.
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Sets the pool's bounds: at least `min` idle connections kept, at most
+    /// `max` open. Without it, the URL's `pool_min` / `pool_max` apply
+    /// (mysql_async's defaults: 10 and 100). Checked when the store is built.
+    pub fn with_pool_constraints(mut self, min: usize, max: usize) -> Self {
+        self.pool_constraints = Some((min, max));
+        self
+    }
+
+    /// Sets `innodb_lock_wait_timeout` for the store's sessions, in whole
+    /// seconds, at least 1 (default 3 s). Keep it under the protocol's bound
+    /// on a statement ([`lease_core::Timings::statement_timeout`]).
+    pub fn with_lock_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_wait_timeout = timeout;
+        self
+    }
+
+    /// Sets the server-side bound on each statement of the store's sessions,
+    /// or `None` for the server's own. MariaDB applies it to every statement
+    /// (`max_statement_time`), MySQL 8 to `SELECT`s only
+    /// (`max_execution_time`). It bounds the business statements of a
+    /// guarded transaction too. Default 5 s.
+    pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// Sets the bound on the first connection [`connect`](Self::connect)
+    /// makes. Default 10 s.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Requires TLS with these options, whatever the URL says. The URL's own
+    /// `require_ssl=true`, `verify_ca`, `verify_identity` and
+    /// `built_in_roots` parameters are the other way to ask for it.
+    pub fn with_tls(mut self, tls: SslOpts) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Sets whether the driver, after connecting over TCP to the local host,
+    /// reconnects through the server's UNIX socket (mysql_async's default,
+    /// `prefer_socket=true`). Anything placed between the library and the
+    /// server (a proxy, a fault injector, a TLS terminator) needs `false`,
+    /// or it only sees the first handshake.
+    pub fn with_prefer_socket(mut self, prefer: bool) -> Self {
+        self.prefer_socket = Some(prefer);
+        self
+    }
+
+    /// Sets how many prepared statements each connection caches (default
+    /// 32). Below the number of statements the protocol uses, statements are
+    /// prepared again, an extra round trip each.
+    pub fn with_stmt_cache_size(mut self, size: usize) -> Self {
+        self.stmt_cache_size = size;
+        self
+    }
+
+    /// The session setup statement the store runs on every connection of
+    /// the pool it builds: strict SQL mode, the lock-wait bound and the
+    /// statement bound. A pool handed to [`from_pool`](Self::from_pool) is
+    /// the caller's: give its `OptsBuilder::setup` this statement.
+    ///
+    /// # Errors
+    ///
+    /// [`MySqlError::InvalidSetting`] when the lock-wait bound is under 1 s.
+    pub fn session_setup(&self) -> Result<String, MySqlError> {
+        let lock_wait = self.lock_wait_timeout.as_secs();
+        if lock_wait < 1 {
+            return Err(MySqlError::InvalidSetting(format!(
+                "the lock-wait timeout ({:?}) must be at least 1 s: InnoDB counts it in whole seconds",
+                self.lock_wait_timeout
+            )));
+        }
+        let statement_ms = self
+            .statement_timeout
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+        Ok(sql::session_setup(lock_wait, statement_ms))
+    }
+
+    /// Builds the store on a pool of its own for `url`, and makes one
+    /// connection to check the server: reachable, credentials accepted, TLS
+    /// as asked, MariaDB 10.6+ or MySQL 8+.
+    ///
+    /// `url` is `mysql://user:password@host:port/database?params` or the same
+    /// with `mariadb://`; the parameters are mysql_async's (`require_ssl`,
+    /// `verify_ca`, `verify_identity`, `built_in_roots`, `prefer_socket`,
+    /// `pool_min`, `pool_max`, `socket`, ...). The store's pool does not
+    /// reset connections as they return (its statements leave no session
+    /// state) except those of guarded transactions.
+    ///
+    /// # Errors
+    ///
+    /// [`MySqlError::UnsupportedScheme`], [`MySqlError::InvalidUrl`],
+    /// [`MySqlError::InvalidTableName`] or [`MySqlError::InvalidSetting`]
+    /// before any connection; [`MySqlError::Connect`],
+    /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`] or
+    /// [`MySqlError::UnsupportedServer`] from the first connection. None of
+    /// them carries the password.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the pool being built.
+    pub async fn connect(self, url: &str) -> Result<MySqlStore, MySqlError> {
+        let table = TableName::parse(&self.table)?;
+        let setup = self.session_setup()?;
+        let opts = parse_url(url)?;
+        let mut pool_opts = opts.pool_opts().clone().with_reset_connection(false);
+        if let Some((min, max)) = self.pool_constraints {
+            let constraints = PoolConstraints::new(min, max).ok_or_else(|| {
+                MySqlError::InvalidSetting(format!(
+                    "pool constraints need 0 < max and min <= max, not min {min}, max {max}"
+                ))
+            })?;
+            pool_opts = pool_opts.with_constraints(constraints);
+        }
+        let mut builder = OptsBuilder::from_opts(opts)
+            .setup(vec![setup])
+            .pool_opts(pool_opts)
+            .stmt_cache_size(self.stmt_cache_size);
+        if let Some(prefer) = self.prefer_socket {
+            builder = builder.prefer_socket(prefer);
+        }
+        if let Some(tls) = self.tls {
+            builder = builder.ssl_opts(tls);
+        }
+        let opts = Opts::from(builder);
+        let server = describe_server(&opts);
+        let tls = opts.ssl_opts().is_some();
+        let pool = Pool::new(opts);
+        let checked = tokio::time::timeout(self.connect_timeout, check_server(&pool)).await;
+        let failure = match checked {
+            Ok(Ok(())) => None,
+            Ok(Err(CheckError::Driver(source))) => Some(connect_error(&server, source)),
+            Ok(Err(CheckError::Version(version))) => Some(MySqlError::UnsupportedServer {
+                server: server.clone(),
+                version,
+            }),
+            Err(_) => Some(MySqlError::ConnectTimeout {
+                server: server.clone(),
+                after: self.connect_timeout,
+            }),
+        };
+        if let Some(err) = failure {
+            let _ = pool.disconnect().await;
+            return Err(err);
+        }
+        tracing::debug!(%server, table = %table, tls, "lease store connected");
+        Ok(MySqlStore::assemble(pool, table, server, tls))
+    }
+
+    /// Builds the store on a pool the caller made. Nothing is sent.
+    ///
+    /// The pool's sessions are the caller's: for the store's guarantees
+    /// (strict SQL mode, the lock-wait bound) build the pool's options with
+    /// [`session_setup`](Self::session_setup) as a setup statement, and a
+    /// statement cache of at least 16. The store reads its outcomes from the
+    /// OK packet, so the pool's `client_found_rows` setting does not matter.
+    ///
+    /// # Errors
+    ///
+    /// [`MySqlError::InvalidTableName`] for a bad table name.
+    pub fn from_pool(self, pool: Pool) -> Result<MySqlStore, MySqlError> {
+        let table = TableName::parse(&self.table)?;
+        Ok(MySqlStore::assemble(
+            pool,
+            table,
+            "(caller's pool)".to_owned(),
+            false,
+        ))
+    }
+}
+
+/// Why the first connection's check failed.
+enum CheckError {
+    Driver(mysql_async::Error),
+    Version(String),
+}
+
+/// Connects once and checks the server's version.
+async fn check_server(pool: &Pool) -> Result<(), CheckError> {
+    let mut conn = pool.get_conn().await.map_err(CheckError::Driver)?;
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(CheckError::Driver)?;
+    let version = version.unwrap_or_default();
+    if supported_version(&version) {
+        Ok(())
+    } else {
+        Err(CheckError::Version(version))
+    }
+}
+
+/// MariaDB 10.6 or later, or MySQL 8.0 or later, from `VERSION()`.
+pub(crate) fn supported_version(version: &str) -> bool {
+    let numbers = |s: &str| -> Option<(u32, u32)> {
+        let mut it = s.split(|c: char| !c.is_ascii_digit());
+        let major = it.next()?.parse().ok()?;
+        let minor = it.next()?.parse().ok()?;
+        Some((major, minor))
+    };
+    if version.contains("MariaDB") {
+        let v = version.strip_prefix("5.5.5-").unwrap_or(version);
+        numbers(v).is_some_and(|v| v >= (10, 6))
+    } else {
+        numbers(version).is_some_and(|v| v >= (8, 0))
+    }
+}
+
+/// Parses the URL, `mariadb://` read as `mysql://`.
+fn parse_url(url: &str) -> Result<Opts, MySqlError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(MySqlError::InvalidUrl {
+            source: mysql_async::UrlError::Invalid,
+        });
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "mysql" && scheme != "mariadb" {
+        return Err(MySqlError::UnsupportedScheme { scheme });
+    }
+    Opts::from_url(&format!("mysql://{rest}")).map_err(|source| MySqlError::InvalidUrl { source })
+}
+
+/// `host:port`, or the socket path: what errors and `Debug` name.
+fn describe_server(opts: &Opts) -> String {
+    match opts.socket() {
+        Some(socket) => format!("{socket} (socket)"),
+        None => format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port()),
+    }
+}
+
+fn connect_error(server: &str, source: mysql_async::Error) -> MySqlError {
+    match source {
+        mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer) => {
+            MySqlError::TlsUnavailable {
+                server: server.to_owned(),
+            }
+        }
+        source => MySqlError::Connect {
+            server: server.to_owned(),
+            source,
+        },
+    }
+}
+
+/// The lease protocol on MySQL 8 or MariaDB 10.6+, through mysql_async's
+/// pool, with the server's clock.
+///
+/// Cheap to clone: clones share the pool. `Debug` shows the server, the
+/// table and whether TLS is required, never the credentials.
+#[derive(Clone)]
+pub struct MySqlStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    table: TableName,
+    sql: Statements,
+    server: String,
+    tls: bool,
+}
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("server", &self.inner.server)
+            .field("table", &self.inner.table)
+            .field("tls", &self.inner.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlStore {
+    /// A builder with the defaults: table `gst_leases`, lock-wait bound 3 s,
+    /// statement bound 5 s.
+    pub fn builder() -> MySqlStoreBuilder {
+        MySqlStoreBuilder::default()
+    }
+
+    /// Connects with the defaults; see [`MySqlStoreBuilder::connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlStoreBuilder::connect`]: a bad URL, or a first connection
+    /// that fails or finds an unsupported server.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn connect(url: &str) -> Result<MySqlStore, MySqlError> {
+        MySqlStore::builder().connect(url).await
+    }
+
+    /// A store on `pool` with the default table; see
+    /// [`MySqlStoreBuilder::from_pool`] for what the pool's sessions need.
+    pub fn from_pool(pool: Pool) -> MySqlStore {
+        MySqlStore::assemble(
+            pool,
+            TableName::default_table(),
+            "(caller's pool)".to_owned(),
+            false,
+        )
+    }
+
+    fn assemble(pool: Pool, table: TableName, server: String, tls: bool) -> MySqlStore {
+        let sql = Statements::new(table.quoted());
+        MySqlStore {
+            inner: Arc::new(Inner {
+                pool,
+                table,
+                sql,
+                server,
+                tls,
+            }),
+        }
+    }
+
+    /// The pool the store runs on.
+    #[must_use]
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The lease table's name, quoted as the statements use it.
+    #[must_use]
+    pub fn table(&self) -> &str {
+        self.inner.table.quoted()
+    }
+
+    /// Whether the store's connections require TLS.
+    #[must_use]
+    pub fn tls_required(&self) -> bool {
+        self.inner.tls
+    }
+
+    /// Creates the lease table if it does not exist, and checks that an
+    /// existing one compares names byte for byte. Safe when many replicas
+    /// run it at once: `CREATE TABLE IF NOT EXISTS` takes the table name's
+    /// metadata lock, and the others find the table there.
+    ///
+    /// # Errors
+    ///
+    /// [`MySqlError::Database`] when the server refuses (missing `CREATE`
+    /// privilege) or does not answer; [`MySqlError::IncompatibleTable`]
+    /// when the table exists with a `name` column that is not binary.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the table is either created or not.
+    pub async fn migrate(&self) -> Result<(), MySqlError> {
+        let mut conn = self.inner.pool.get_conn().await?;
+        conn.query_drop(self.inner.sql.create_table.as_str())
+            .await?;
+        let data_type: Option<String> = conn
+            .exec_first(
+                NAME_COLUMN_TYPE,
+                params! {
+                    "schema" => self.inner.table.schema(),
+                    "table" => self.inner.table.table(),
+                },
+            )
+            .await?;
+        match data_type.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            Some("varbinary" | "binary") => Ok(()),
+            other => Err(MySqlError::IncompatibleTable {
+                table: self.inner.table.quoted().to_owned(),
+                reason: format!(
+                    "its name column is {}, not VARBINARY: names would not compare byte for byte",
+                    other.unwrap_or("missing")
+                ),
+            }),
+        }
+    }
+
+    /// Runs `work` in a transaction guarded by the lease `ctx` runs under.
+    ///
+    /// The transaction's first statement verifies the lease and takes a
+    /// shared lock on its row (`SELECT term ... LOCK IN SHARE MODE`): when
+    /// the lease is no longer this holder's, the transaction is rolled back
+    /// and not one statement of `work` runs. While the transaction is open,
+    /// the lock makes every write to the lease row wait, so a successor's
+    /// claim cannot take the name until the transaction has ended: a holder
+    /// frozen between its verification and its commit cannot commit after a
+    /// successor claimed.
+    ///
+    /// InnoDB has no key-share lock, so the holder's own renewals wait for
+    /// the transaction too: a guarded transaction must stay shorter than the
+    /// local deadline minus the renew interval (8 s with the default
+    /// timings), and shorter than the lock-wait bound for a renewal that
+    /// falls due during it to succeed at its first attempt.
+    ///
+    /// The transaction ends with the lease context: when `ctx` is cancelled
+    /// (the lease lost, the parent cancelled, the renewals stopped) before
+    /// the commit is sent, `work` is dropped where it is and the transaction
+    /// rolled back (its connection killed, if the rollback does not go
+    /// through within a second). `work` commits nothing itself: returning
+    /// `Ok` commits, `Err` rolls back.
+    ///
+    /// ```no_run
+    /// # async fn example(store: lease_mysql::MySqlStore, ctx: lease_core::LeaseContext)
+    /// # -> Result<(), lease_mysql::MySqlError> {
+    /// use mysql_async::prelude::Queryable;
+    ///
+    /// let term = ctx.term();
+    /// store
+    ///     .transaction(&ctx, |tx| {
+    ///         Box::pin(async move {
+    ///             tx.exec_drop(
+    ///                 "UPDATE reports SET done = 1, fenced_by = ? WHERE id = 7",
+    ///                 (term,),
+    ///             )
+    ///             .await?;
+    ///             Ok::<_, lease_mysql::MySqlError>(())
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`MySqlError::Lost`] when the verification finds the lease gone;
+    /// [`MySqlError::Ended`] when `ctx` ends before the commit;
+    /// [`MySqlError::Database`] when a statement of the guard fails; and
+    /// whatever `work` returns. All reach the caller as `E`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the commit is sent drops the transaction:
+    /// it is rolled back as its connection returns to the pool (or, if the
+    /// connection is broken, by the server when it closes). Dropped while
+    /// the commit is in flight, the transaction may or may not have
+    /// committed.
+    pub async fn transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
+        T: Send,
+        E: From<MySqlError> + Send,
+    {
+        let name = ctx.handle().name();
+        let ended = || MySqlError::Ended {
+            name: name.to_owned(),
+            cause: ctx.cause(),
+        };
+        if ctx.is_cancelled() {
+            return Err(ended().into());
+        }
+        let got = tokio::select! {
+            biased;
+            () = ctx.cancelled() => None,
+            conn = self.inner.pool.get_conn() => Some(conn),
+        };
+        let mut conn: Conn = match got {
+            None => return Err(ended().into()),
+            Some(conn) => conn.map_err(MySqlError::from)?,
+        };
+        // The work may change the session: reset it when it returns to the pool.
+        conn.reset_connection(true);
+        let conn_id = conn.id();
+
+        let verified = {
+            let begin = async {
+                let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                let term: Option<u64> = tx
+                    .exec_first(
+                        self.inner.sql.verify_locked.as_str(),
+                        params! { "name" => name, "holder" => ctx.handle().holder() },
+                    )
+                    .await?;
+                Ok::<_, mysql_async::Error>((tx, term))
+            };
+            tokio::select! {
+                biased;
+                () = ctx.cancelled() => None,
+                begun = begin => Some(begun),
+            }
+        };
+        let (mut tx, term) = match verified {
+            // Dropped mid-statement: the connection is not reused as it is.
+            None => {
+                self.kill(conn_id).await;
+                return Err(ended().into());
+            }
+            Some(begun) => begun.map_err(MySqlError::from)?,
+        };
+        if term != Some(ctx.term()) {
+            let _ = tx.rollback().await;
+            tracing::debug!(
+                name,
+                term = ctx.term(),
+                "guarded transaction refused: lease lost"
+            );
+            return Err(MySqlError::Lost {
+                name: name.to_owned(),
+            }
+            .into());
+        }
+
+        let outcome = {
+            let run = work(&mut tx);
+            tokio::select! {
+                biased;
+                () = ctx.cancelled() => None,
+                done = run => Some(done),
+            }
+        };
+        match outcome {
+            None => {
+                self.abort(tx, conn_id).await;
+                tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction rolled back: context ended");
+                Err(ended().into())
+            }
+            Some(Err(err)) => {
+                self.abort(tx, conn_id).await;
+                Err(err)
+            }
+            Some(Ok(value)) => {
+                if ctx.is_cancelled() {
+                    self.abort(tx, conn_id).await;
+                    return Err(ended().into());
+                }
+                tx.commit().await.map_err(MySqlError::from)?;
+                Ok(value)
+            }
+        }
+    }
+
+    /// Rolls `tx` back; if that does not go through promptly (the work was
+    /// dropped mid-statement, or the statement waits on a lock), kills the
+    /// connection, which rolls the transaction back on the server.
+    async fn abort(&self, tx: Transaction<'_>, conn_id: u32) {
+        match tokio::time::timeout(ROLLBACK_BOUND, tx.rollback()).await {
+            Ok(Ok(())) => {}
+            _ => self.kill(conn_id).await,
+        }
+    }
+
+    /// Kills connection `id` from another connection of the pool. Best
+    /// effort: a connection that is gone needs no killing.
+    async fn kill(&self, id: u32) {
+        let killed = async {
+            let mut conn = self.inner.pool.get_conn().await?;
+            conn.query_drop(format!("KILL CONNECTION {id}")).await
+        };
+        if let Err(err) = tokio::time::timeout(ROLLBACK_BOUND, killed)
+            .await
+            .unwrap_or(Ok(()))
+        {
+            tracing::debug!(id, error = %err, "killing a guarded transaction's connection failed");
+        }
+    }
+
+    async fn conn(&self) -> Result<Conn, mysql_async::Error> {
+        self.inner.pool.get_conn().await
+    }
+
+    /// Runs a write, trying again when InnoDB picked it as a deadlock victim
+    /// (its statement was rolled back whole), and returns the OK packet's
+    /// `last_insert_id`.
+    async fn write(&self, stmt: &str, params: Params) -> Result<Option<u64>, mysql_async::Error> {
+        let mut conn = self.conn().await?;
+        let mut tries = 0;
+        loop {
+            match conn.exec_drop(stmt, params.clone()).await {
+                Ok(()) => return Ok(conn.last_insert_id()),
+                Err(mysql_async::Error::Server(e))
+                    if e.code == 1213 && tries < DEADLOCK_RETRIES =>
+                {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MySqlStore {
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError> {
+        let term = self
+            .write(
+                &self.inner.sql.claim,
+                params! {
+                    "name" => name,
+                    "holder" => holder,
+                    "instance" => instance,
+                    "lease_ms" => lease_ms,
+                },
+            )
+            .await?;
+        Ok(term)
+    }
+
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        let term = self
+            .write(
+                &self.inner.sql.renew,
+                params! { "name" => name, "holder" => holder, "lease_ms" => lease_ms },
+            )
+            .await?;
+        Ok(term.is_some())
+    }
+
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        let mut conn = self.conn().await?;
+        let term: Option<u64> = conn
+            .exec_first(
+                self.inner.sql.verify.as_str(),
+                params! { "name" => name, "holder" => holder },
+            )
+            .await?;
+        Ok(term)
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        let term = self
+            .write(
+                &self.inner.sql.release,
+                params! { "name" => name, "holder" => holder },
+            )
+            .await?;
+        Ok(term.is_some())
+    }
+
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        let mut conn = self.conn().await?;
+        let row: Option<(u64, i64, i64, i64, i64)> = conn
+            .exec_first(
+                self.inner.sql.slot_read.as_str(),
+                params! { "name" => name },
+            )
+            .await?;
+        drop(conn);
+        let Some((term, slot, unfinished, rerun, expired)) = row else {
+            let inserted = self
+                .write(
+                    &self.inner.sql.slot_insert,
+                    params! {
+                        "name" => name,
+                        "holder" => holder,
+                        "instance" => instance,
+                        "lease_ms" => lease_ms,
+                        "slot" => slot_ms,
+                    },
+                )
+                .await?;
+            return Ok(match inserted {
+                Some(1) => SlotClaim::Claimed {
+                    term: 1,
+                    superseded: None,
+                },
+                _ => SlotClaim::Refused,
+            });
+        };
+        if expired == 0 || slot_ms <= slot {
+            return Ok(SlotClaim::Refused);
+        }
+        let claimed = self
+            .write(
+                &self.inner.sql.slot_update,
+                params! {
+                    "name" => name,
+                    "holder" => holder,
+                    "instance" => instance,
+                    "lease_ms" => lease_ms,
+                    "slot" => slot_ms,
+                    "term" => term,
+                },
+            )
+            .await?;
+        Ok(match claimed {
+            Some(new_term) => SlotClaim::Claimed {
+                term: new_term,
+                superseded: (unfinished == slot && slot != 0).then_some(SupersededSlot {
+                    slot_ms: slot,
+                    rerun: rerun == slot,
+                }),
+            },
+            None => SlotClaim::Refused,
+        })
+    }
+
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError> {
+        let outcome = self
+            .write(
+                &self.inner.sql.finish,
+                params! {
+                    "name" => name,
+                    "holder" => holder,
+                    "slot" => slot_ms,
+                    "passed" => passed_ms,
+                },
+            )
+            .await?;
+        Ok(match outcome {
+            Some(sql::FINISH_RELEASED) => Finished::Released,
+            Some(sql::FINISH_WITHOUT_LEASE) => Finished::RecordedWithoutLease,
+            _ => Finished::NotRecorded,
+        })
+    }
+
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        let mut conn = self.conn().await?;
+        let mut found = Vec::new();
+        for chunk in names.chunks(MAX_NAMES_PER_SEARCH) {
+            let Some(last) = chunk.last() else { continue };
+            // Round up to a power of two, repeating the last name, so that a
+            // few prepared statements serve every count.
+            let slots = chunk.len().next_power_of_two();
+            let mut values: Vec<Value> = chunk.iter().map(|n| Value::from(*n)).collect();
+            values.resize(slots, Value::from(*last));
+            let rows: Vec<(Vec<u8>, u64, i64)> = conn
+                .exec(
+                    self.inner.sql.find_unfinished(slots),
+                    Params::Positional(values),
+                )
+                .await?;
+            for (name, term, slot_ms) in rows {
+                let name = String::from_utf8(name)?;
+                found.push(UnfinishedRow {
+                    name,
+                    term,
+                    slot_ms,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError> {
+        let claimed = self
+            .write(
+                &self.inner.sql.claim_rerun,
+                params! {
+                    "name" => name,
+                    "term" => term,
+                    "holder" => holder,
+                    "instance" => instance,
+                    "lease_ms" => lease_ms,
+                },
+            )
+            .await?;
+        Ok(claimed.is_some())
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        let mut conn = self.conn().await?;
+        let slot: Option<i64> = conn
+            .exec_first(
+                self.inner.sql.last_slot.as_str(),
+                params! { "name" => name },
+            )
+            .await?;
+        Ok(slot)
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        let mut conn = self.conn().await?;
+        let now: Option<i64> = conn.exec_first(sql::NOW, ()).await?;
+        now.ok_or_else(|| "the clock read returned no row".into())
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        MySqlStore::migrate(self).await.map_err(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        assert!(supported_version("10.11.19-MariaDB-0+deb12u1"));
+        assert!(supported_version("5.5.5-10.6.2-MariaDB"));
+        assert!(supported_version("11.4.2-MariaDB"));
+        assert!(!supported_version("10.5.9-MariaDB"));
+        assert!(supported_version("8.0.36"));
+        assert!(supported_version("8.4.0-log"));
+        assert!(!supported_version("5.7.44"));
+        assert!(!supported_version(""));
+    }
+
+    #[test]
+    fn schemes() {
+        assert!(parse_url("mysql://root@127.0.0.1:3306/test").is_ok());
+        assert!(parse_url("MariaDB://root@127.0.0.1/test").is_ok());
+        assert!(matches!(
+            parse_url("postgres://x@y/z"),
+            Err(MySqlError::UnsupportedScheme { .. })
+        ));
+        assert!(matches!(
+            parse_url("nonsense"),
+            Err(MySqlError::InvalidUrl { .. })
+        ));
+    }
+}
