@@ -1,1 +1,25 @@
-//! Placeholder: the postgres backend lands with its own issue.
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod error;
+mod schema;
+mod sql;
+mod store;
+mod tls;
+mod transaction;
+
+pub use error::PostgresError;
+pub use sql::DEFAULT_TABLE;
+pub use store::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStore,
+    PostgresStoreBuilder,
+};
+pub use tls::SslMode;
+pub use transaction::{BoxFuture, TransactionError};
+
+/// The driver and pool this crate is built on, re-exported so that an
+/// application names the same versions: [`from_pool`](PostgresStore::from_pool)
+/// takes a [`deadpool_postgres::Pool`], and guarded transactions hand the
+/// work a [`deadpool_postgres::Transaction`].
+pub use deadpool_postgres;
+pub use tokio_postgres;

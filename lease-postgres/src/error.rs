@@ -1,0 +1,60 @@
+//! The errors of configuring and connecting a store.
+
+use std::path::PathBuf;
+
+/// Why a [`PostgresStore`](crate::PostgresStore) could not be built or
+/// connected.
+///
+/// Only configuring and connecting a store fails with this type. The
+/// protocol's statements report the driver's error as it is, and
+/// [`Leases`](lease_core::Leases) wraps it in
+/// [`lease_core::Error::Database`], naming the operation and the lease. A
+/// guarded transaction fails with
+/// [`TransactionError`](crate::TransactionError).
+///
+/// No message, `Debug` output or source of this type ever contains the
+/// connection's password.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresError {
+    /// The URL is not a `postgres://` or `postgresql://` URL, or one of its
+    /// parameters is not understood.
+    #[error("invalid PostgreSQL URL: {reason}")]
+    InvalidUrl {
+        /// Why it was refused (never the URL itself, which may hold a password).
+        reason: String,
+    },
+
+    /// The table name is not a plain SQL identifier.
+    #[error("invalid lease table name {table:?}: {reason}")]
+    InvalidTable {
+        /// The name that was refused.
+        table: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+
+    /// The TLS configuration could not be built (for example no protocol
+    /// version in common with the crypto provider).
+    #[error("cannot configure TLS for PostgreSQL")]
+    Tls(#[source] rustls::Error),
+
+    /// The root certificates named by `sslrootcert` could not be read.
+    #[error("cannot read the root certificates at {}", path.display())]
+    RootCertificates {
+        /// The file named by `sslrootcert`.
+        path: PathBuf,
+        /// What reading or parsing it reported.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The connection pool could not be built.
+    #[error("cannot build the PostgreSQL connection pool")]
+    Pool(#[source] deadpool_postgres::BuildError),
+
+    /// The first connection could not be opened: the server is unreachable,
+    /// refused the credentials, or the TLS handshake failed.
+    #[error("cannot connect to PostgreSQL")]
+    Connect(#[source] deadpool_postgres::PoolError),
+}

@@ -1,0 +1,385 @@
+//! The protocol's statements, as functions of the quoted table name only.
+//!
+//! Every value is a bound parameter (`$1`, `$2`, ...), cast to its type so
+//! that a statement prepares the same way whatever the client binds. The one
+//! formatted thing is the table name, validated by [`Table::new`] and quoted.
+//!
+//! # The clock
+//!
+//! `:now` is [`CLOCK_MS`]: `clock_timestamp()` (the time the expression is
+//! evaluated, not the start of the transaction as `now()` would be), as
+//! whole UTC milliseconds rounded down, the way
+//! [`UtcMillis`](lease_core::UtcMillis) drops fractions. It never goes
+//! through a session time zone: `extract(epoch ...)` of a `timestamptz` is
+//! absolute. Every statement that needs it reads it **once**, in a
+//! `MATERIALIZED` common table expression (`clock_timestamp()` is volatile,
+//! so PostgreSQL would not fold it in anyway; `MATERIALIZED` says so
+//! out loud), and compares and computes with that one value.
+//!
+//! # Row locks and fencing
+//!
+//! A guarded transaction (see
+//! [`PostgresStore::transaction`](crate::PostgresStore::transaction)) reads
+//! the lease row `FOR KEY SHARE` and keeps that lock until it ends. Every
+//! statement that can hand the name to someone else (the claim, the instant
+//! claim, the second claim) first locks the row it is about to take
+//! `FOR UPDATE`, which conflicts with `FOR KEY SHARE`, and so waits for
+//! every guarded transaction still open on the row. The holder's own
+//! renewals, releases and finishes are plain `UPDATE`s of non-key columns:
+//! they take `FOR NO KEY UPDATE`, which does not conflict with
+//! `FOR KEY SHARE`, so a guarded transaction never holds up its own
+//! holder's renewals.
+//!
+//! An `INSERT ... ON CONFLICT DO UPDATE` alone would **not** do: PostgreSQL
+//! locks the conflicting row with the lock mode of a plain `UPDATE` of the
+//! same columns, `FOR NO KEY UPDATE` when no key column is set, which lets a
+//! claim pass a `FOR KEY SHARE` lock. Hence the explicit `FOR UPDATE` in a
+//! common table expression, taken only on a row that is claimable
+//! (expired, and for an instant claim, an earlier instant on record): a
+//! refused claim never waits for a holder's transaction.
+
+use crate::error::PostgresError;
+
+/// The table the specification names, used unless the builder says otherwise.
+pub const DEFAULT_TABLE: &str = "gst_leases";
+
+/// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`), in bytes.
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
+/// The database's clock in whole UTC milliseconds, rounded down.
+pub(crate) const CLOCK_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// A validated lease table name: `table` or `schema.table`, each part ASCII
+/// letters, digits and underscores, not starting with a digit, at most 63
+/// bytes. Quoted in SQL, so case is kept (`Leases` and `leases` are two
+/// tables).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Table {
+    name: String,
+    quoted: String,
+}
+
+impl Table {
+    /// Validates `name` and quotes it.
+    pub(crate) fn new(name: &str) -> Result<Self, PostgresError> {
+        let invalid = |reason| PostgresError::InvalidTable {
+            table: name.to_owned(),
+            reason,
+        };
+        let parts: Vec<&str> = name.split('.').collect();
+        if parts.len() > 2 {
+            return Err(invalid("at most one dot, between a schema and a table"));
+        }
+        for part in &parts {
+            if part.is_empty() {
+                return Err(invalid("a schema or table name is empty"));
+            }
+            if part.len() > MAX_IDENTIFIER_BYTES {
+                return Err(invalid("a schema or table name is longer than 63 bytes"));
+            }
+            if part.as_bytes()[0].is_ascii_digit() {
+                return Err(invalid("a schema or table name starts with a digit"));
+            }
+            if !part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(invalid(
+                    "only ASCII letters, digits and underscores are allowed",
+                ));
+            }
+        }
+        let quoted = parts
+            .iter()
+            .map(|part| format!("\"{part}\""))
+            .collect::<Vec<_>>()
+            .join(".");
+        Ok(Table {
+            name: name.to_owned(),
+            quoted,
+        })
+    }
+
+    /// [`DEFAULT_TABLE`], valid by construction.
+    pub(crate) fn default_table() -> Self {
+        Table {
+            name: DEFAULT_TABLE.to_owned(),
+            quoted: format!("\"{DEFAULT_TABLE}\""),
+        }
+    }
+
+    /// The name as given.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name quoted for SQL.
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
+    }
+}
+
+/// Every statement of the protocol, formatted once per store.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) table: Table,
+    pub(crate) claim: String,
+    pub(crate) renew: String,
+    pub(crate) verify: String,
+    pub(crate) verify_locked: String,
+    pub(crate) release: String,
+    pub(crate) claim_slot: String,
+    pub(crate) finish: String,
+    pub(crate) find_unfinished: String,
+    pub(crate) claim_rerun: String,
+    pub(crate) last_slot: String,
+    pub(crate) create_table: String,
+}
+
+impl Statements {
+    pub(crate) fn new(table: Table) -> Self {
+        let t = table.quoted();
+        Statements {
+            claim: claim(t),
+            renew: renew(t),
+            verify: verify(t),
+            verify_locked: verify_locked(t),
+            release: release(t),
+            claim_slot: claim_slot(t),
+            finish: finish(t),
+            find_unfinished: find_unfinished(t),
+            claim_rerun: claim_rerun(t),
+            last_slot: last_slot(t),
+            create_table: create_table(t),
+            table,
+        }
+    }
+}
+
+/// `SELECT :now`.
+pub(crate) const NOW: &str =
+    "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms";
+
+/// Whether a relation of that (quoted, maybe qualified) name exists on the
+/// search path: `migrate` skips the DDL, and its privileges, when it does.
+pub(crate) const TABLE_EXISTS: &str = "SELECT to_regclass($1::text) IS NOT NULL";
+
+/// Serialises concurrent `migrate` calls on one database (released at commit).
+pub(crate) const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock($1::bigint)";
+
+/// `$1 name, $2 holder, $3 instance, $4 lease_ms` -> `term` (no row: refused).
+///
+/// One statement: the insert of a name never claimed, or the update of an
+/// expired lease, which locks the row `FOR UPDATE` first (see the module
+/// docs). The update applies only to the row this statement locked: a row
+/// another claimant inserted meanwhile, or one released after this
+/// statement's snapshot (so not locked by it), is a refusal, never a claim
+/// that slipped past a guarded transaction.
+fn claim(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms), \
+         locked AS MATERIALIZED ( \
+           SELECT l.term FROM {t} AS l, now \
+            WHERE l.name = $1::text AND l.expires_at_ms <= now.ms \
+              FOR UPDATE OF l) \
+         INSERT INTO {t} AS l \
+           (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) \
+         SELECT $1::text, $2::text, $3::text, 1, now.ms + $4::bigint, 0, 0, 0 \
+           FROM now LEFT JOIN locked ON true \
+         ON CONFLICT (name) DO UPDATE \
+            SET holder = EXCLUDED.holder, instance = EXCLUDED.instance, \
+                term = l.term + 1, expires_at_ms = EXCLUDED.expires_at_ms \
+          WHERE l.expires_at_ms <= (SELECT ms FROM now) \
+            AND l.term = (SELECT term FROM locked) \
+         RETURNING l.term"
+    )
+}
+
+/// `$1 name, $2 holder, $3 lease_ms` -> rows affected (0: lost).
+fn renew(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
+         UPDATE {t} AS l SET expires_at_ms = now.ms + $3::bigint FROM now \
+          WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms"
+    )
+}
+
+/// `$1 name, $2 holder` -> `term` (no row: not held).
+fn verify(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
+         SELECT l.term FROM {t} AS l, now \
+          WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms"
+    )
+}
+
+/// [`verify`], locking the row `FOR KEY SHARE` until the transaction ends:
+/// the first statement of a guarded transaction.
+fn verify_locked(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
+         SELECT l.term FROM {t} AS l, now \
+          WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms \
+            FOR KEY SHARE OF l"
+    )
+}
+
+/// `$1 name, $2 holder` -> rows affected (0: already gone).
+fn release(t: &str) -> String {
+    format!("UPDATE {t} SET expires_at_ms = 0 WHERE name = $1::text AND holder = $2::text")
+}
+
+/// `$1 name, $2 holder, $3 instance, $4 slot_ms, $5 lease_ms` ->
+/// `term, old slot_ms, old unfinished_slot_ms, old rerun_slot_ms` (no row:
+/// refused; old values NULL: the row was inserted).
+///
+/// One statement in place of the specification's read-then-write pair. The
+/// `old` expression locks the row `FOR UPDATE` when it is claimable
+/// (expired, and an earlier instant on record); under READ COMMITTED a
+/// claimant that waited for the lock reads the row as the lock holder left
+/// it, so `old` is exactly what this claim overwrites: nobody can change the
+/// row between that read and this statement's own update. The update also
+/// requires the term `old` read, the spec's term check: a row this
+/// statement did not lock (inserted by a racing claimant, or changed after
+/// the snapshot) is refused, never claimed with a wrong account of what was
+/// given up. Of racing claimants exactly one wins: the others wait for its
+/// lock and then find the lease held, or lose the insert race.
+fn claim_slot(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms), \
+         old AS MATERIALIZED ( \
+           SELECT l.term, l.slot_ms, l.unfinished_slot_ms, l.rerun_slot_ms \
+             FROM {t} AS l, now \
+            WHERE l.name = $1::text AND l.expires_at_ms <= now.ms AND l.slot_ms < $4::bigint \
+              FOR UPDATE OF l), \
+         claimed AS ( \
+           INSERT INTO {t} AS l \
+             (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) \
+           SELECT $1::text, $2::text, $3::text, 1, now.ms + $5::bigint, $4::bigint, $4::bigint, 0 \
+             FROM now LEFT JOIN old ON true \
+           ON CONFLICT (name) DO UPDATE \
+              SET holder = EXCLUDED.holder, instance = EXCLUDED.instance, \
+                  term = l.term + 1, expires_at_ms = EXCLUDED.expires_at_ms, \
+                  slot_ms = EXCLUDED.slot_ms, unfinished_slot_ms = EXCLUDED.unfinished_slot_ms \
+            WHERE l.term = (SELECT term FROM old) \
+              AND l.expires_at_ms <= (SELECT ms FROM now) \
+              AND l.slot_ms < EXCLUDED.slot_ms \
+           RETURNING l.term) \
+         SELECT claimed.term, old.slot_ms, old.unfinished_slot_ms, old.rerun_slot_ms \
+           FROM claimed LEFT JOIN old ON true"
+    )
+}
+
+/// `$1 name, $2 holder (NULL: known lost), $3 slot_ms, $4 passed_ms` ->
+/// `released` (no row: not recorded).
+///
+/// Both statements of the specification folded into one: the holder's
+/// release with `passed` taken along, or else the record of the end without
+/// the lease, which only applies while the instant is still the unfinished
+/// one.
+fn finish(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
+         UPDATE {t} AS l SET \
+           expires_at_ms = CASE WHEN l.holder = $2::text THEN 0 ELSE l.expires_at_ms END, \
+           unfinished_slot_ms = 0, \
+           slot_ms = CASE WHEN l.holder = $2::text AND $4::bigint > l.slot_ms \
+                               AND $4::bigint <= now.ms \
+                          THEN $4::bigint ELSE l.slot_ms END \
+           FROM now \
+          WHERE l.name = $1::text \
+            AND (l.holder = $2::text OR l.unfinished_slot_ms = $3::bigint) \
+         RETURNING coalesce(l.holder = $2::text, false) AS released"
+    )
+}
+
+/// `$1 names` -> `name, term, slot_ms` rows.
+fn find_unfinished(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
+         SELECT l.name, l.term, l.slot_ms FROM {t} AS l, now \
+          WHERE l.name = ANY($1::text[]) AND l.unfinished_slot_ms = l.slot_ms \
+            AND l.rerun_slot_ms < l.slot_ms AND l.expires_at_ms <= now.ms"
+    )
+}
+
+/// `$1 name, $2 term, $3 holder, $4 instance, $5 lease_ms` -> rows affected.
+///
+/// Locks the row `FOR UPDATE` when it is claimable a second time, like every
+/// claim, then updates it.
+fn claim_rerun(t: &str) -> String {
+    format!(
+        "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms), \
+         locked AS MATERIALIZED ( \
+           SELECT l.name FROM {t} AS l, now \
+            WHERE l.name = $1::text AND l.term = $2::bigint \
+              AND l.unfinished_slot_ms = l.slot_ms AND l.rerun_slot_ms < l.slot_ms \
+              AND l.expires_at_ms <= now.ms \
+              FOR UPDATE OF l) \
+         UPDATE {t} AS l \
+            SET holder = $3::text, instance = $4::text, term = l.term + 1, \
+                expires_at_ms = now.ms + $5::bigint, rerun_slot_ms = l.slot_ms \
+           FROM now, locked \
+          WHERE l.name = locked.name AND l.term = $2::bigint \
+            AND l.unfinished_slot_ms = l.slot_ms AND l.rerun_slot_ms < l.slot_ms \
+            AND l.expires_at_ms <= now.ms"
+    )
+}
+
+/// `$1 name` -> `slot_ms` (no row: never claimed).
+fn last_slot(t: &str) -> String {
+    format!("SELECT slot_ms FROM {t} WHERE name = $1::text")
+}
+
+/// The table, created if missing. See [`crate::schema`].
+fn create_table(t: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} ( \
+           name text COLLATE \"C\" NOT NULL PRIMARY KEY \
+             CHECK (octet_length(name) BETWEEN 1 AND {max}), \
+           holder text NOT NULL, \
+           instance text NOT NULL, \
+           term bigint NOT NULL, \
+           expires_at_ms bigint NOT NULL, \
+           slot_ms bigint NOT NULL DEFAULT 0, \
+           unfinished_slot_ms bigint NOT NULL DEFAULT 0, \
+           rerun_slot_ms bigint NOT NULL DEFAULT 0)",
+        max = lease_core::MAX_NAME_BYTES,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_validated_and_quoted() {
+        assert_eq!(Table::new("gst_leases").unwrap().quoted(), "\"gst_leases\"");
+        assert_eq!(
+            Table::new("app.Leases_2").unwrap().quoted(),
+            "\"app\".\"Leases_2\""
+        );
+        for bad in [
+            "",
+            "a.b.c",
+            ".a",
+            "a.",
+            "1abc",
+            "a-b",
+            "a\"b",
+            "a b",
+            "é",
+            &"x".repeat(64),
+        ] {
+            assert!(Table::new(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(Table::new(&"x".repeat(63)).is_ok());
+        assert_eq!(Table::default_table(), Table::new(DEFAULT_TABLE).unwrap());
+    }
+
+    #[test]
+    fn statements_name_only_the_quoted_table() {
+        let s = Statements::new(Table::new("my_t").unwrap());
+        for stmt in [&s.claim, &s.renew, &s.verify, &s.claim_slot, &s.finish] {
+            assert!(stmt.contains("\"my_t\""), "{stmt}");
+            assert!(!stmt.contains("gst_leases"), "{stmt}");
+        }
+    }
+}

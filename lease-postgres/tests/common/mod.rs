@@ -1,0 +1,113 @@
+//! Shared by the integration tests: the server URL policy, fresh tables and
+//! their clean-up.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lease_postgres::PostgresStore;
+
+/// The prefix of every table the tests create: `lpt_<unix secs>_<pid>_<n>`.
+pub const PREFIX: &str = "lpt_";
+
+/// Tables of earlier runs older than this are dropped.
+const STALE_AFTER: Duration = Duration::from_secs(600);
+
+/// The test server's URL from `LEASE_TEST_POSTGRES_URL`, under the suite's
+/// policy: set, the URL (a server that then cannot be reached fails the
+/// test); unset with `CI=true`, a failure; unset otherwise, a note on stderr
+/// and `None` (the test returns, skipped).
+pub fn url() -> Option<String> {
+    lease_conformance::env_url("LEASE_TEST_POSTGRES_URL")
+}
+
+/// The URL with a query parameter added (or replaced, for `sslmode`).
+pub fn with_param(url: &str, param: &str) -> String {
+    if url.contains('?') {
+        format!("{url}&{param}")
+    } else {
+        format!("{url}?{param}")
+    }
+}
+
+/// A table name no other test, process or run uses; its creation time is in
+/// the name, so that a later run can drop it once stale.
+pub fn unique_table() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    format!(
+        "{PREFIX}{}_{}_{n}_{:x}",
+        now.as_secs(),
+        std::process::id(),
+        now.subsec_nanos() & 0xffff
+    )
+}
+
+/// A store on a fresh table (not created yet), with `sslmode=disable`
+/// unless the URL says otherwise. Drops stale tables of earlier runs, once
+/// per process.
+pub async fn store_on_new_table(url: &str) -> PostgresStore {
+    let store = PostgresStore::builder(url)
+        .unwrap()
+        .with_table(unique_table())
+        .connect()
+        .await
+        .expect("connect to LEASE_TEST_POSTGRES_URL");
+    sweep(&store).await;
+    store
+}
+
+/// [`store_on_new_table`], migrated.
+pub async fn fresh(url: &str) -> PostgresStore {
+    let store = store_on_new_table(url).await;
+    lease_core::LeaseStore::migrate(&store).await.unwrap();
+    store
+}
+
+/// Drops the store's table.
+pub async fn drop_table(store: &PostgresStore) {
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{}\"", store.table()))
+        .await
+        .unwrap();
+}
+
+/// Drops the tables earlier runs left behind (once per process).
+pub async fn sweep(store: &PostgresStore) {
+    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    SWEPT
+        .get_or_init(|| async {
+            let client = store.pool().get().await.unwrap();
+            let rows = client
+                .query(
+                    "SELECT tablename::text FROM pg_tables \
+                     WHERE schemaname = current_schema() AND tablename LIKE 'lpt\\_%'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            for row in rows {
+                let table: String = row.get(0);
+                let created = table
+                    .strip_prefix(PREFIX)
+                    .and_then(|rest| rest.split('_').next())
+                    .and_then(|secs| secs.parse::<u64>().ok());
+                if created
+                    .is_some_and(|secs| now.as_secs().saturating_sub(secs) > STALE_AFTER.as_secs())
+                {
+                    // The name matched the prefix and came from the catalog;
+                    // quoted all the same.
+                    let _ = client
+                        .batch_execute(&format!(
+                            "DROP TABLE IF EXISTS \"{}\"",
+                            table.replace('"', "\"\"")
+                        ))
+                        .await;
+                }
+            }
+        })
+        .await;
+}
