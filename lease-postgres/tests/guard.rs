@@ -1,0 +1,474 @@
+//! The transaction guard against a real PostgreSQL
+//! (`LEASE_TEST_POSTGRES_URL`): verify first, fence the successor's claim,
+//! never hold up the holder's own renewals, end with the lease's context.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lease_core::{CancellationToken, EndCause, LeaseContext, Leases, LostCause, Timings};
+use lease_postgres::{PostgresStore, TransactionError};
+use tokio::time::{Instant, sleep, timeout};
+
+/// A lease of 800 ms (renew 100 ms, local deadline 500 ms): expiries within
+/// a test's patience. Each call of the coordinator is bounded by 1 s.
+fn short() -> Timings {
+    Timings::builder()
+        .lease(Duration::from_millis(800))
+        .renew(Duration::from_millis(100))
+        .deadline(Duration::from_millis(500))
+        .grace(Duration::from_millis(200))
+        .build()
+        .unwrap()
+}
+
+/// A fresh lease table, and a business table beside it.
+async fn setup(url: &str) -> (PostgresStore, String) {
+    let store = common::fresh(url).await;
+    let business = format!("{}_work", store.table());
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE \"{business}\" (id serial PRIMARY KEY, term bigint NOT NULL, note text NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    (store, business)
+}
+
+async fn teardown(store: &PostgresStore, business: &str) {
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{business}\""))
+        .await
+        .unwrap();
+    common::drop_table(store).await;
+}
+
+async fn notes(store: &PostgresStore, business: &str) -> Vec<String> {
+    let client = store.pool().get().await.unwrap();
+    client
+        .query(&format!("SELECT note FROM \"{business}\" ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+fn insert(business: &str) -> String {
+    format!("INSERT INTO \"{business}\" (term, note) VALUES ($1, $2)")
+}
+
+#[tokio::test]
+async fn a_lost_lease_is_refused_before_any_statement_of_the_work() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let leases = Leases::new(store.clone()).with_timings(short());
+    let h = leases.claim("job").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+
+    // Held: the work runs and commits, under the term.
+    let sql = insert(&business);
+    let term = i64::try_from(ctx.term()).unwrap();
+    store
+        .transaction(&ctx, |tx| {
+            let sql = sql.clone();
+            Box::pin(async move { tx.execute(&sql, &[&term, &"held"]).await })
+        })
+        .await
+        .unwrap();
+
+    // Released (then taken by a rival): refused, the work never called.
+    h.release().await.unwrap();
+    for rival in [false, true] {
+        if rival {
+            let _r = leases.claim("job").await.unwrap().unwrap();
+        }
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let sql = sql.clone();
+        let err = store
+            .transaction(&ctx, move |tx| {
+                flag.store(true, Ordering::SeqCst);
+                Box::pin(async move { tx.execute(&sql, &[&term, &"lost"]).await })
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+        assert!(
+            matches!(&err, TransactionError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
+            "{err:?}"
+        );
+        assert!(
+            !ran.load(Ordering::SeqCst),
+            "the work ran under a lost lease"
+        );
+    }
+    // Expired with nobody to take it: refused as well.
+    let h2 = leases.claim("expiring").await.unwrap().unwrap();
+    sleep(Duration::from_millis(1_000)).await;
+    let ctx2 = LeaseContext::new(h2, CancellationToken::new());
+    let err = store
+        .transaction(&ctx2, |_tx| Box::pin(async { Ok::<_, std::io::Error>(()) }))
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+
+    assert_eq!(notes(&store, &business).await, ["held"]);
+    teardown(&store, &business).await;
+}
+
+/// The fence: a holder frozen inside a guarded transaction past its lease
+/// keeps its successor waiting until the transaction ends. The rival's claim
+/// does not hold the name while the stale transaction is open; the stale
+/// transaction commits; every write it made is visible by the time the
+/// rival's claim returns (none lands after it); and the stale holder's next
+/// transaction is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_transaction_keeps_the_successor_waiting_until_it_ends() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let holder = Leases::new(store.clone())
+        .with_timings(short())
+        .with_instance("stale");
+    let rival = Leases::new(store.clone())
+        .with_timings(short())
+        .with_instance("rival");
+    let h = holder.claim("fenced").await.unwrap().unwrap();
+    let claimed_at = Instant::now();
+    // Never cancelled: a holder frozen without its renewals.
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let term = i64::try_from(ctx.term()).unwrap();
+
+    let (verified_tx, verified) = tokio::sync::oneshot::channel();
+    let stale = {
+        let store = store.clone();
+        let sql = insert(&business);
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, move |tx| {
+                    Box::pin(async move {
+                        tx.execute(&sql, &[&term, &"before the stall"]).await?;
+                        let _ = verified_tx.send(());
+                        // Frozen well past the 800 ms lease.
+                        sleep(Duration::from_millis(1_300)).await;
+                        tx.execute(&sql, &[&term, &"after the stall"]).await?;
+                        Ok::<_, lease_postgres::tokio_postgres::Error>(())
+                    })
+                })
+                .await
+        })
+    };
+    verified.await.unwrap();
+
+    // The lease expires by the database's clock; the rival claims.
+    sleep(Duration::from_millis(900).saturating_sub(claimed_at.elapsed())).await;
+    let mut rival_claim = {
+        let rival = rival.clone();
+        tokio::spawn(async move { rival.claim("fenced").await })
+    };
+    // It waits for the stale transaction, and does not hold the name.
+    assert!(
+        timeout(Duration::from_millis(250), &mut rival_claim)
+            .await
+            .is_err(),
+        "the rival's claim returned while the stale transaction was open"
+    );
+    assert!(
+        !stale.is_finished(),
+        "the stale transaction ended too early"
+    );
+    let row_term: i64 = {
+        let client = store.pool().get().await.unwrap();
+        client
+            .query_one(
+                &format!(
+                    "SELECT term FROM \"{}\" WHERE name = 'fenced'",
+                    store.table()
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(
+        row_term, term,
+        "the name changed hands under an open guarded transaction"
+    );
+
+    // The stale transaction commits; only then does the rival hold the name.
+    stale
+        .await
+        .unwrap()
+        .expect("the stale transaction can still commit");
+    let r = rival_claim
+        .await
+        .unwrap()
+        .expect("the rival's claim succeeds once the transaction ended")
+        .expect("the rival holds the name");
+    assert_eq!(r.term(), h.term() + 1);
+    // Every write of the stale transaction was in before the rival's claim
+    // returned; none lands after it.
+    assert_eq!(
+        notes(&store, &business).await,
+        ["before the stall", "after the stall"]
+    );
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let sql = insert(&business);
+    let err = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move { tx.execute(&sql, &[&term, &"too late"]).await })
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert_eq!(notes(&store, &business).await.len(), 2);
+    r.release().await.unwrap();
+    teardown(&store, &business).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holders_own_renewals_and_release_are_not_held_up() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let leases = Leases::new(store.clone());
+    let h = leases.claim("busy").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let (open_tx, open) = tokio::sync::oneshot::channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+    let guarded = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, move |_tx| {
+                    Box::pin(async move {
+                        let _ = open_tx.send(());
+                        let _ = done.await;
+                        Ok::<_, std::io::Error>(())
+                    })
+                })
+                .await
+        })
+    };
+    open.await.unwrap();
+    // The transaction holds FOR KEY SHARE on the row: renewals pass.
+    for _ in 0..3 {
+        timeout(Duration::from_millis(500), h.renew())
+            .await
+            .expect("a renewal waited for the holder's own transaction")
+            .unwrap();
+    }
+    timeout(Duration::from_millis(500), h.verify())
+        .await
+        .expect("verify waited")
+        .unwrap();
+    // A rival's claim of the held name is refused at once, not held up.
+    let rival = timeout(Duration::from_millis(500), leases.claim("busy"))
+        .await
+        .expect("a refused claim waited for the holder's transaction")
+        .unwrap();
+    assert!(rival.is_none());
+    // So is the release.
+    timeout(Duration::from_millis(500), h.release())
+        .await
+        .expect("the release waited for the holder's own transaction")
+        .unwrap();
+    done_tx.send(()).unwrap();
+    guarded.await.unwrap().unwrap();
+    teardown(&store, &business).await;
+}
+
+/// Why the claims lock `FOR UPDATE` themselves: PostgreSQL's upsert locks a
+/// conflicting row `FOR NO KEY UPDATE` when it sets no key column, which a
+/// `FOR KEY SHARE` lock does not stop.
+#[tokio::test]
+async fn a_plain_upsert_would_pass_a_key_share_lock() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh(&url).await;
+    let t = format!("\"{}\"", store.table());
+    let mut locker = store.pool().get().await.unwrap();
+    let claimer = store.pool().get().await.unwrap();
+    claimer
+        .batch_execute(&format!(
+            "INSERT INTO {t} (name, holder, instance, term, expires_at_ms) VALUES ('n', 'h', 'i', 1, 0)"
+        ))
+        .await
+        .unwrap();
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "SELECT term FROM {t} WHERE name = 'n' FOR KEY SHARE"
+    ))
+    .await
+    .unwrap();
+    claimer
+        .batch_execute("SET statement_timeout = 500")
+        .await
+        .unwrap();
+    // The plain upsert passes the lock ...
+    let plain = claimer
+        .query(
+            &format!(
+                "INSERT INTO {t} AS l (name, holder, instance, term, expires_at_ms) \
+                 VALUES ('n', 'x', 'i', 1, 0) ON CONFLICT (name) DO UPDATE \
+                 SET holder = EXCLUDED.holder, term = l.term + 1 RETURNING term"
+            ),
+            &[],
+        )
+        .await;
+    assert!(
+        plain.is_ok(),
+        "PostgreSQL now blocks a plain upsert: {plain:?}"
+    );
+    // ... the store's claim does not: it waits (here until the timeout).
+    let claim = claimer
+        .query(
+            &format!("SELECT 1 FROM {t} WHERE name = 'n' FOR UPDATE"),
+            &[],
+        )
+        .await;
+    assert!(claim.is_err(), "FOR UPDATE passed a FOR KEY SHARE lock");
+    tx.rollback().await.unwrap();
+    drop(claimer);
+    common::drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_ending_rolls_back_and_returns_at_once() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let leases = Leases::new(store.clone());
+    let sql = insert(&business);
+
+    // A loss while the work waits in Rust, and while a statement runs on
+    // the server: both end at once, roll back, and say it is a loss.
+    for on_server in [false, true] {
+        let h = leases.claim("cancelled").await.unwrap().unwrap();
+        let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+        let ender = ctx.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_millis(300)).await;
+            ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
+        });
+        let sql = sql.clone();
+        let started = Instant::now();
+        let err = store
+            .transaction(&ctx, move |tx| {
+                Box::pin(async move {
+                    tx.execute(&sql, &[&1_i64, &"rolled back"]).await?;
+                    if on_server {
+                        tx.execute("SELECT pg_sleep(30)", &[]).await?;
+                    } else {
+                        sleep(Duration::from_secs(30)).await;
+                    }
+                    Ok::<_, lease_postgres::tokio_postgres::Error>(())
+                })
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(&err, TransactionError::Lost(e) if e.lost_cause() == Some(LostCause::DeadlineExceeded)),
+            "{err:?}"
+        );
+        // The server let go of it: the row lock is gone (a FOR UPDATE that
+        // does not wait gets it), and the statement was cancelled.
+        let client = store.pool().get().await.unwrap();
+        let lock = format!(
+            "SELECT 1 FROM \"{}\" WHERE name = 'cancelled' FOR UPDATE NOWAIT",
+            store.table()
+        );
+        let mut locked = true;
+        for _ in 0..20 {
+            if client.query(&lock, &[]).await.is_ok() {
+                locked = false;
+                break;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!locked, "the abandoned transaction still holds the row");
+        h.release().await.unwrap();
+        let mut still_running = 1;
+        for _ in 0..20 {
+            still_running = client
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' \
+                     AND state = 'active' AND datname = current_database()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0);
+            if still_running == 0 {
+                break;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(still_running, 0, "the abandoned statement still runs");
+    }
+
+    // Ended for another reason: rolled back, and said so.
+    let h = leases.claim("stopped").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let ender = ctx.clone();
+    tokio::spawn(async move {
+        sleep(Duration::from_millis(200)).await;
+        ender.end(EndCause::Stopped);
+    });
+    let sql2 = sql.clone();
+    let err = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute(&sql2, &[&1_i64, &"stopped"]).await?;
+                sleep(Duration::from_secs(30)).await;
+                Ok::<_, lease_postgres::tokio_postgres::Error>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TransactionError::Ended {
+                cause: Some(EndCause::Stopped),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // An already ended context opens nothing.
+    let err = store
+        .transaction(&ctx, |_tx| Box::pin(async { Ok::<_, std::io::Error>(()) }))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransactionError::Ended { .. }), "{err:?}");
+
+    // The work's own error rolls back.
+    let h = leases.claim("failing").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let err = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute(&sql, &[&1_i64, &"work failed"])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Err::<(), _>("the work gave up".to_owned())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.into_work().as_deref(), Some("the work gave up"));
+    h.release().await.unwrap();
+
+    assert!(notes(&store, &business).await.is_empty());
+    teardown(&store, &business).await;
+}
