@@ -1,11 +1,15 @@
-//! The errors of opening and configuring a store.
+//! The crate's error type.
 
+use std::fmt;
 use std::path::PathBuf;
 
-/// Why a [`SqliteStore`](crate::SqliteStore) could not be opened.
+use lease_core::EndCause;
+
+/// What can go wrong opening a [`SqliteStore`](crate::SqliteStore), or
+/// running a [guarded transaction](crate::SqliteStore::transaction).
 ///
-/// Only opening and configuring a store fails with this type. The protocol's
-/// statements report the driver's error as it is, and
+/// The protocol's statements ([`LeaseStore`](lease_core::LeaseStore)
+/// methods) report the driver's error as it is, and
 /// [`Leases`](lease_core::Leases) wraps it in
 /// [`lease_core::Error::Database`], naming the operation and the lease.
 #[derive(Debug, thiserror::Error)]
@@ -52,4 +56,67 @@ pub enum SqliteError {
         /// The journal mode SQLite kept.
         mode: String,
     },
+
+    /// The guarded transaction's verification found the lease no longer
+    /// this holder's: not one statement of the work ran.
+    #[error("lease {name:?} lost: the guarded transaction was refused before its first statement")]
+    Lost {
+        /// The lease's name.
+        name: String,
+    },
+
+    /// The lease context ended (the lease was lost, the parent was
+    /// cancelled, or the renewals stopped) before the guarded transaction
+    /// committed: it was rolled back.
+    #[error(
+        "lease {name:?} context ended before commit ({}): the transaction was rolled back",
+        DisplayCause(*cause)
+    )]
+    Ended {
+        /// The lease's name.
+        name: String,
+        /// Why the context ended, when it says.
+        cause: Option<EndCause>,
+    },
+
+    /// A statement of the guard (begin, verify, commit) failed.
+    #[error("an SQLite statement of a guarded transaction failed")]
+    Database(#[from] rusqlite::Error),
+}
+
+struct DisplayCause(Option<EndCause>);
+
+impl fmt::Display for DisplayCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(cause) => write!(f, "{cause}"),
+            None => f.write_str("cancelled"),
+        }
+    }
+}
+
+impl SqliteError {
+    /// Whether the lease is lost: the work under it must stop.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        match self {
+            SqliteError::Lost { .. } => true,
+            SqliteError::Ended { cause, .. } => matches!(cause, Some(EndCause::Lost(_))),
+            _ => false,
+        }
+    }
+
+    /// Whether trying again later may succeed: another connection held the
+    /// file's lock past the busy timeout.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        let source = match self {
+            SqliteError::Database(source) | SqliteError::Open { source, .. } => source,
+            _ => return false,
+        };
+        matches!(
+            source.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        )
+    }
 }

@@ -8,3 +8,7 @@ mod store;
 
 pub use error::SqliteError;
 pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder};
+
+/// The rusqlite this crate is built on: the types a
+/// [guarded transaction](SqliteStore::transaction)'s work receives.
+pub use rusqlite;

@@ -7,8 +7,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
+use lease_core::{
+    BoxError, Finished, LeaseContext, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+};
+use rusqlite::{
+    Connection, InterruptHandle, OptionalExtension, Transaction, TransactionBehavior, params,
+    params_from_iter,
+};
 
 use crate::error::SqliteError;
 use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
@@ -59,6 +64,9 @@ pub struct SqliteStore {
 
 struct Inner {
     conn: Mutex<Connection>,
+    /// Interrupts the statement running on `conn`: only ever used while a
+    /// guarded transaction holds it (see [`TxControl`]).
+    interrupt: InterruptHandle,
     sql: Statements,
     /// `None` for an in-memory database.
     path: Option<PathBuf>,
@@ -189,6 +197,7 @@ impl SqliteStoreBuilder {
         }
         Ok(SqliteStore {
             inner: Arc::new(Inner {
+                interrupt: conn.get_interrupt_handle(),
                 conn: Mutex::new(conn),
                 sql: Statements::new(table),
                 path,
@@ -259,6 +268,119 @@ impl SqliteStore {
     #[must_use]
     pub fn table(&self) -> &str {
         self.inner.sql.table.name()
+    }
+
+    /// Runs `work` in a transaction guarded by the lease `ctx` runs under,
+    /// on the store's connection.
+    ///
+    /// The transaction is `BEGIN IMMEDIATE`: it takes the file's write lock
+    /// at once, and its first statement verifies the lease. When the lease
+    /// is no longer this holder's, the transaction is rolled back and
+    /// `work` does not run. While the transaction is open, no other
+    /// connection can write to the file, so a successor's claim waits for it
+    /// to end: a holder frozen between its verification and its commit
+    /// cannot commit after a successor claimed.
+    ///
+    /// The transaction ends with the lease context: when `ctx` is cancelled
+    /// (the lease lost, the parent cancelled, the renewals stopped) before
+    /// the commit, the statement `work` is running is interrupted and the
+    /// transaction rolled back. `work` commits nothing itself: returning
+    /// `Ok` commits, `Err` rolls back. A panic in `work` rolls back and
+    /// resumes on the caller.
+    ///
+    /// The store has one connection: the holder's own renewals wait for the
+    /// transaction to end. Keep each guarded transaction shorter than half
+    /// the local deadline (5 s with the default timings), the bound on each
+    /// renewal attempt; one longer than the local deadline always costs the
+    /// lease. See the crate documentation.
+    ///
+    /// ```
+    /// use lease_core::Leases;
+    /// use lease_sqlite::{SqliteError, SqliteStore};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let store = SqliteStore::open_in_memory()?;
+    /// let leases = Leases::new(store.clone());
+    /// leases.migrate().await?;
+    /// # store.transaction(&lease_core::LeaseContext::new(leases.claim("setup").await?.unwrap(), Default::default()), |tx| {
+    /// #     tx.execute_batch("CREATE TABLE reports (id INTEGER PRIMARY KEY, done INTEGER, term INTEGER); INSERT INTO reports VALUES (7, 0, 0)")?;
+    /// #     Ok::<_, SqliteError>(())
+    /// # }).await?;
+    /// let Some(handle) = leases.claim("report:7").await? else {
+    ///     return Ok(());
+    /// };
+    /// // In a program, the parent is the process's shutdown token.
+    /// let holder = handle.hold(&Default::default());
+    /// let term = i64::try_from(handle.term())?;
+    /// store
+    ///     .transaction(holder.context(), move |tx| {
+    ///         tx.execute("UPDATE reports SET done = 1, term = ?1 WHERE id = 7", [term])?;
+    ///         Ok::<_, SqliteError>(())
+    ///     })
+    ///     .await?;
+    /// holder.stop().await;
+    /// handle.release().await?;
+    /// # Ok(()) })
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::Lost`] when the verification finds the lease gone;
+    /// [`SqliteError::Ended`] when `ctx` ends before the commit (or had ended
+    /// already); [`SqliteError::Database`] when a statement of the guard
+    /// fails (another connection holding the write lock past the busy
+    /// timeout, for one); and whatever `work` returns. All reach the caller
+    /// as `E`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before the commit rolls the transaction back: the
+    /// statement `work` is running is interrupted, and the commit is not
+    /// sent. Dropped while the commit is in flight, the transaction may or
+    /// may not have committed.
+    pub async fn transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<SqliteError> + Send + 'static,
+    {
+        let control = Arc::new(TxControl {
+            running: Mutex::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let _stop_on_drop = StopOnDrop {
+            control: Arc::clone(&control),
+            inner: Arc::clone(&self.inner),
+        };
+        let inner = Arc::clone(&self.inner);
+        let task = {
+            let (ctx, control) = (ctx.clone(), Arc::clone(&control));
+            tokio::task::spawn_blocking(move || guarded(&inner, &ctx, &control, work))
+        };
+        tokio::pin!(task);
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task => joined,
+            () = ctx.cancelled() => {
+                control.stop(&self.inner);
+                task.await
+            }
+        };
+        match joined {
+            Ok(result) => result,
+            Err(join) => match join.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Cancelled: the runtime shut down before the task started,
+                // so nothing ran.
+                Err(_) => Err(SqliteError::Ended {
+                    name: ctx.handle().name().to_owned(),
+                    cause: ctx.cause(),
+                }
+                .into()),
+            },
+        }
     }
 
     /// Runs `f` on the connection, on tokio's blocking pool.
@@ -335,6 +457,109 @@ impl Drop for AbandonOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
     }
+}
+
+/// How the async side of a guarded transaction stops its blocking side.
+struct TxControl {
+    /// Whether the blocking side holds the connection: only then may the
+    /// connection be interrupted, or the interrupt would hit the next call.
+    running: Mutex<bool>,
+    /// The context ended, or the future was dropped: do not commit.
+    stop: AtomicBool,
+}
+
+impl TxControl {
+    fn stop(&self, inner: &Inner) {
+        self.stop.store(true, Ordering::SeqCst);
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if *running {
+            inner.interrupt.interrupt();
+        }
+    }
+
+    fn stopped(&self, ctx: &LeaseContext) -> bool {
+        self.stop.load(Ordering::SeqCst) || ctx.is_cancelled()
+    }
+
+    fn set_running(&self, running: bool) {
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner) = running;
+    }
+}
+
+/// Marks the blocking side no longer running when dropped, panics included.
+struct Running<'a>(&'a TxControl);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.set_running(false);
+    }
+}
+
+/// Stops a guarded transaction whose future is dropped (or has returned,
+/// when there is nothing left to stop).
+struct StopOnDrop {
+    control: Arc<TxControl>,
+    inner: Arc<Inner>,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.control.stop(&self.inner);
+    }
+}
+
+/// The blocking side of [`SqliteStore::transaction`].
+fn guarded<T, E, F>(inner: &Inner, ctx: &LeaseContext, control: &TxControl, work: F) -> Result<T, E>
+where
+    F: FnOnce(&Transaction<'_>) -> Result<T, E>,
+    E: From<SqliteError>,
+{
+    let name = ctx.handle().name();
+    let ended = || SqliteError::Ended {
+        name: name.to_owned(),
+        cause: ctx.cause(),
+    };
+    let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+    control.set_running(true);
+    // Declared after `conn`, so dropped before it: not running any more
+    // once the connection is free for the next call.
+    let _running = Running(control);
+    if control.stopped(ctx) {
+        return Err(ended().into());
+    }
+    if !conn.is_autocommit() {
+        conn.execute_batch("ROLLBACK").map_err(SqliteError::from)?;
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(SqliteError::from)?;
+    let term: Option<u64> = tx
+        .query_row(
+            &inner.sql.verify,
+            params![name, ctx.handle().holder()],
+            |row| term_at(row, 0),
+        )
+        .optional()
+        .map_err(SqliteError::from)?;
+    if term != Some(ctx.term()) {
+        tracing::debug!(
+            name,
+            term = ctx.term(),
+            "guarded transaction refused: lease lost"
+        );
+        return Err(SqliteError::Lost {
+            name: name.to_owned(),
+        }
+        .into());
+    }
+    let value = work(&tx);
+    if control.stopped(ctx) {
+        tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction rolled back: context ended");
+        return Err(ended().into());
+    }
+    let value = value?;
+    tx.commit().map_err(SqliteError::from)?;
+    Ok(value)
 }
 
 /// Parses `sqlite://path`, `sqlite:path` and `sqlite::memory:`.

@@ -10,9 +10,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lease_core::{Finished, LeaseStore, Leases, SlotClaim, SupersededSlot};
+use lease_core::{
+    EndCause, Finished, LeaseContext, LeaseStore, Leases, LostCause, SlotClaim, SupersededSlot,
+};
 use lease_sqlite::{SqliteError, SqliteStore};
 use rusqlite::Connection;
 use tokio::sync::Barrier;
@@ -667,4 +670,269 @@ async fn leases_on_a_file() {
     assert_eq!(handle.verify().await.unwrap(), 1);
     handle.release().await.unwrap();
     assert_eq!(leases.claim("lock").await.unwrap().expect("free").term(), 2);
+}
+
+// ---- guarded transactions ----
+
+/// A coordinator on its own store (its own connection) to `path`, and a
+/// context for a fresh claim of `name` through it.
+async fn claimed(path: &Path, name: &str) -> (SqliteStore, lease_core::Handle, LeaseContext) {
+    let store = SqliteStore::open(path).unwrap();
+    let leases = Leases::new(store.clone());
+    leases.migrate().await.unwrap();
+    let handle = leases.claim(name).await.unwrap().expect("free");
+    // No renewals: a context ended only by the test.
+    let ctx = LeaseContext::new(handle.clone(), Default::default());
+    (store, handle, ctx)
+}
+
+fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test]
+async fn a_guarded_transaction_commits_while_the_lease_is_held() {
+    let (_dir, path) = db_file();
+    let (store, handle, ctx) = claimed(&path, "tx").await;
+    let term = store
+        .transaction(&ctx, |tx| {
+            tx.execute_batch("CREATE TABLE work (term INTEGER)")?;
+            tx.execute("INSERT INTO work VALUES (?1)", [7])?;
+            Ok::<_, SqliteError>(42)
+        })
+        .await
+        .unwrap();
+    assert_eq!(term, 42);
+    assert_eq!(count(&raw(&path), "SELECT count(*) FROM work"), 1);
+    handle.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_guarded_transaction_on_a_lost_lease_runs_nothing() {
+    let (_dir, path) = db_file();
+    let (store, handle, ctx) = claimed(&path, "tx").await;
+    handle.release().await.unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    let err = store
+        .transaction(&ctx, move |_tx| {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, SqliteError>(())
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SqliteError::Lost { ref name } if name == "tx"),
+        "{err:?}"
+    );
+    assert!(err.is_lost());
+    assert!(!ran.load(Ordering::SeqCst));
+    // A successor's term does not pass for the old holder's either.
+    let leases = Leases::new(SqliteStore::open(&path).unwrap());
+    assert_eq!(leases.claim("tx").await.unwrap().expect("free").term(), 2);
+    let err = store
+        .transaction(&ctx, |_tx| Ok::<_, SqliteError>(()))
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+}
+
+/// The fence: a successor cannot claim the name while the holder's guarded
+/// transaction is open, even once the lease has expired by the database
+/// clock; it claims as soon as the transaction has committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_successor_waits_for_the_guarded_transaction_to_end() {
+    let (_dir, path) = db_file();
+    let (store, _handle, ctx) = claimed(&path, "fenced").await;
+    let conn = raw(&path);
+    let db_now = store.now_ms().await.unwrap();
+    set_expiry(&conn, "fenced", db_now + 100);
+    drop(conn);
+
+    let successor = SqliteStore::builder()
+        .path(&path)
+        .busy_timeout(Duration::from_secs(5))
+        .open()
+        .unwrap();
+    let committed = Arc::new(std::sync::Mutex::new(None));
+    let mark = Arc::clone(&committed);
+    let (started, in_work) = tokio::sync::oneshot::channel();
+    let tx = {
+        let (store, ctx) = (store.clone(), ctx.clone());
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, move |tx| {
+                    tx.execute_batch("CREATE TABLE work (x INTEGER)")?;
+                    started.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(600));
+                    *mark.lock().unwrap() = Some(std::time::Instant::now());
+                    Ok::<_, SqliteError>(())
+                })
+                .await
+        })
+    };
+    in_work.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // past the expiry
+    let claimed = successor
+        .claim("fenced", "successor", "i", LEASE_MS)
+        .await
+        .unwrap();
+    let claimed_at = std::time::Instant::now();
+    tx.await.unwrap().unwrap();
+    assert_eq!(
+        claimed,
+        Some(2),
+        "the successor claims once the transaction ended"
+    );
+    let committed_at = committed.lock().unwrap().expect("the work ran");
+    assert!(
+        claimed_at > committed_at,
+        "the successor claimed inside the transaction"
+    );
+}
+
+/// The context ending interrupts the work's statement and rolls back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_transaction_ends_with_its_context() {
+    let (_dir, path) = db_file();
+    let (store, _handle, ctx) = claimed(&path, "ends").await;
+    let ender = ctx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
+    });
+    let started = std::time::Instant::now();
+    let err = store
+        .transaction(&ctx, |tx| {
+            tx.execute_batch("CREATE TABLE work (x INTEGER); INSERT INTO work VALUES (1)")?;
+            // A statement that would run for minutes.
+            tx.query_row(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
+                 SELECT count(*) FROM n",
+                [],
+                |r| r.get::<_, i64>(0),
+            )?;
+            Ok::<_, SqliteError>(())
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not interrupted"
+    );
+    assert!(
+        matches!(
+            err,
+            SqliteError::Ended {
+                cause: Some(EndCause::Lost(LostCause::DeadlineExceeded)),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_lost());
+    let tables = count(
+        &raw(&path),
+        "SELECT count(*) FROM sqlite_schema WHERE name = 'work'",
+    );
+    assert_eq!(tables, 0, "rolled back");
+    // An ended context opens no transaction, and the store works on.
+    let err = store
+        .transaction(&ctx, |_tx| Ok::<_, SqliteError>(()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SqliteError::Ended { .. }), "{err:?}");
+    assert!(store.now_ms().await.is_ok());
+}
+
+/// Dropping the future before the commit rolls back; an error of the work
+/// rolls back; a panic of the work reaches the caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_transaction_dropped_or_failed_rolls_back() {
+    let (_dir, path) = db_file();
+    let (store, _handle, ctx) = claimed(&path, "drop").await;
+    let slow = store.transaction(&ctx, |tx| {
+        tx.execute_batch("CREATE TABLE dropped (x INTEGER)")?;
+        std::thread::sleep(Duration::from_millis(300));
+        Ok::<_, SqliteError>(())
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), slow)
+            .await
+            .is_err()
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let conn = raw(&path);
+    let schema = "SELECT count(*) FROM sqlite_schema WHERE name IN ('dropped', 'failed')";
+    assert_eq!(count(&conn, schema), 0);
+
+    #[derive(Debug)]
+    enum WorkError {
+        Refused,
+        Sqlite(SqliteError),
+    }
+    impl From<SqliteError> for WorkError {
+        fn from(e: SqliteError) -> Self {
+            WorkError::Sqlite(e)
+        }
+    }
+    let err = store
+        .transaction(&ctx, |tx| {
+            tx.execute_batch("CREATE TABLE failed (x INTEGER)")
+                .map_err(SqliteError::from)?;
+            Err::<(), _>(WorkError::Refused)
+        })
+        .await
+        .unwrap_err();
+    match err {
+        WorkError::Refused => {}
+        WorkError::Sqlite(e) => panic!("the work's own error expected, got {e}"),
+    }
+    assert_eq!(count(&conn, schema), 0);
+
+    let panicked = {
+        let (store, ctx) = (store.clone(), ctx.clone());
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, |_tx| -> Result<(), SqliteError> {
+                    panic!("in the work")
+                })
+                .await
+        })
+        .await
+    };
+    assert!(panicked.unwrap_err().is_panic());
+    store
+        .transaction(&ctx, |tx| {
+            tx.execute_batch("CREATE TABLE after (x INTEGER)")?;
+            Ok::<_, SqliteError>(())
+        })
+        .await
+        .expect("the store works after a panic in the work");
+}
+
+/// The store's one connection: a renewal waits behind the holder's own
+/// guarded transaction, and goes through once it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_waits_behind_the_guarded_transaction() {
+    let (_dir, path) = db_file();
+    let (store, handle, ctx) = claimed(&path, "renew").await;
+    let (started, in_work) = tokio::sync::oneshot::channel();
+    let tx = {
+        let (store, ctx) = (store.clone(), ctx.clone());
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, move |_tx| {
+                    started.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(400));
+                    Ok::<_, SqliteError>(std::time::Instant::now())
+                })
+                .await
+        })
+    };
+    in_work.await.unwrap();
+    handle.renew().await.unwrap();
+    let renewed_at = std::time::Instant::now();
+    let committed_at = tx.await.unwrap().unwrap();
+    assert!(renewed_at >= committed_at);
 }
