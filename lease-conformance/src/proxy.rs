@@ -35,12 +35,12 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use lease_core::CancellationToken;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs, lookup_host};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
-use tokio_util::sync::CancellationToken;
 
 /// A TCP proxy on `127.0.0.1`, forwarding every connection to one target.
 /// See the [module docs](self).

@@ -25,3 +25,7 @@ pub use store::{Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
 pub use time::{TimeOutOfRange, UtcMillis};
 pub use timings::{Timings, TimingsBuilder};
 pub use token::instance_id;
+
+/// The cancellation token [`Handle::hold`] takes as its parent and
+/// [`LeaseContext`] carries, re-exported so that callers name the same version.
+pub use tokio_util::sync::CancellationToken;
