@@ -319,8 +319,7 @@ async fn tls_modes_against_the_local_server() {
         Some(RootCertStore::empty()),
     )
     .await
-    .err()
-    .expect("verify-ca with an empty root store refuses");
+    .expect_err("verify-ca with an empty root store refuses");
     assert!(matches!(err, PostgresError::Connect(_)), "{err:?}");
 
     // Trusting the server's own certificate, when readable here.
