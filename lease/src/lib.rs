@@ -4,9 +4,6 @@
 use std::sync::Arc;
 
 pub use lease_core::*;
-/// The cancellation token [`Handle::hold`] takes as its parent and
-/// [`LeaseContext`] carries (re-exported from tokio-util).
-pub use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "mysql")]
 pub use lease_mysql as mysql;
