@@ -472,3 +472,78 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     assert!(notes(&store, &business).await.is_empty());
     teardown(&store, &business).await;
 }
+
+/// The fence holds for every kind of claim: an instant's claim and a second
+/// claim of a cut-short instant wait for a stale guarded transaction too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let holder = Leases::new(store.clone())
+        .with_timings(short())
+        .with_instance("stale");
+    let rival = Leases::new(store.clone())
+        .with_timings(short())
+        .with_instance("rival");
+    for rerun in [false, true] {
+        let name = format!("cron:{rerun}");
+        let slot = lease_core::UtcMillis::from_millis(1_000);
+        let h = holder.claim_slot(&name, slot).await.unwrap().unwrap();
+        let claimed_at = Instant::now();
+        let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+        let term = i64::try_from(ctx.term()).unwrap();
+        let (verified_tx, verified) = tokio::sync::oneshot::channel();
+        let stale = {
+            let store = store.clone();
+            let sql = insert(&business);
+            tokio::spawn(async move {
+                store
+                    .transaction(&ctx, move |tx| {
+                        Box::pin(async move {
+                            let _ = verified_tx.send(());
+                            sleep(Duration::from_millis(1_300)).await;
+                            tx.execute(&sql, &[&term, &"late write"]).await
+                        })
+                    })
+                    .await
+            })
+        };
+        verified.await.unwrap();
+        sleep(Duration::from_millis(900).saturating_sub(claimed_at.elapsed())).await;
+        let mut rival_claim = {
+            let rival = rival.clone();
+            let name = name.clone();
+            tokio::spawn(async move {
+                if rerun {
+                    let found = rival.unfinished_slots(&[&name]).await?;
+                    assert_eq!(found.len(), 1, "the expired instant is found unfinished");
+                    rival.claim_rerun(&found[0]).await
+                } else {
+                    rival
+                        .claim_slot(&name, lease_core::UtcMillis::from_millis(2_000))
+                        .await
+                }
+            })
+        };
+        assert!(
+            timeout(Duration::from_millis(250), &mut rival_claim)
+                .await
+                .is_err(),
+            "the rival's claim (rerun: {rerun}) returned while the stale transaction was open"
+        );
+        stale.await.unwrap().expect("the stale transaction commits");
+        let r = rival_claim
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the rival claims");
+        assert_eq!(r.term(), h.term() + 1);
+        if !rerun {
+            // It gave the stale holder's instant up, and says so.
+            assert_eq!(r.superseded().map(|u| u.slot), Some(slot));
+        }
+        r.release().await.unwrap();
+    }
+    assert_eq!(notes(&store, &business).await, ["late write", "late write"]);
+    teardown(&store, &business).await;
+}
