@@ -1,0 +1,270 @@
+//! Holding a lease on SQLite's single connection: the holder's renewals wait
+//! behind the work's own guarded transactions. A transaction shorter than
+//! the local deadline minus the renew interval keeps the lease; one longer
+//! than the local deadline loses it (the spec's `Hold` on SQLite).
+//!
+//! Real time with millisecond timings: lease 2 s, renew every 100 ms, local
+//! deadline 1 s (each renewal bounded by 500 ms).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions fail loudly"
+)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{
+    BoxError, CancellationToken, EndCause, Finished, LeaseStore, Leases, LostCause, SlotClaim,
+    Timings, UnfinishedRow,
+};
+use lease_sqlite::{SqliteError, SqliteStore};
+use tokio::time::{Instant, sleep};
+
+fn timings() -> Timings {
+    Timings::builder()
+        .lease(Duration::from_millis(2_000))
+        .renew(Duration::from_millis(100))
+        .deadline(Duration::from_millis(1_000))
+        .grace(Duration::from_millis(200))
+        .build()
+        .unwrap()
+}
+
+/// A store on a fresh file, migrated, and a coordinator on it whose renewals
+/// are recorded.
+async fn fresh() -> (SqliteStore, Leases, Arc<Recording>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    std::mem::forget(dir);
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open(path))
+        .await
+        .unwrap()
+        .unwrap();
+    let recording = Arc::new(Recording {
+        inner: store.clone(),
+        renewals: Mutex::new(Vec::new()),
+    });
+    let leases = Leases::from_arc(recording.clone())
+        .with_timings(timings())
+        .with_instance("sqlite-hold");
+    leases.migrate().await.unwrap();
+    (store, leases, recording)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_waits_behind_the_works_transaction() {
+    let (store, leases, recording) = fresh().await;
+    let handle = leases.claim("job:behind").await.unwrap().unwrap();
+    let holder = handle.hold(&CancellationToken::new());
+    sleep(Duration::from_millis(250)).await;
+
+    let began = Instant::now();
+    store
+        .transaction(holder.context(), |_tx| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok::<_, SqliteError>(())
+        })
+        .await
+        .unwrap();
+    let ended = Instant::now();
+
+    sleep(Duration::from_millis(250)).await;
+    let waited = recording
+        .renewals()
+        .into_iter()
+        .find(|r| r.start > began && r.start < ended - Duration::from_millis(100))
+        .expect("a renewal fell due during the 300 ms transaction");
+    let answered = waited.end.expect("the renewal answered");
+    assert!(
+        answered >= ended - Duration::from_millis(5),
+        "a renewal due during the work's transaction answered {:?} before it ended: it \
+         should have waited for the one connection",
+        ended - answered
+    );
+    assert!(waited.renewed, "the renewal that waited must succeed");
+    assert!(
+        !holder.context().is_cancelled(),
+        "{:?}",
+        holder.context().cause()
+    );
+    holder.stop().await;
+    handle.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_shorter_than_deadline_minus_renew_keeps_the_lease() {
+    let (store, leases, _) = fresh().await;
+    let handle = leases.claim("job:short").await.unwrap().unwrap();
+    let holder = handle.hold(&CancellationToken::new());
+    sleep(Duration::from_millis(250)).await;
+
+    // 700 ms: under the 900 ms of deadline minus renew interval, and longer
+    // than the 500 ms bound of one renewal attempt, so one attempt is cut
+    // and the next waits the transaction out.
+    store
+        .transaction(holder.context(), |_tx| {
+            std::thread::sleep(Duration::from_millis(700));
+            Ok::<_, SqliteError>(())
+        })
+        .await
+        .expect("a transaction under the bound commits");
+    sleep(Duration::from_millis(1_200)).await;
+    assert!(
+        !holder.context().is_cancelled(),
+        "a 700 ms transaction cost the lease: {:?}",
+        holder.context().cause()
+    );
+    assert!(!handle.lost());
+    holder.stop().await;
+    handle.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_longer_than_the_deadline_loses_the_lease() {
+    let (store, leases, _) = fresh().await;
+    let handle = leases.claim("job:long").await.unwrap().unwrap();
+    let holder = handle.hold(&CancellationToken::new());
+    sleep(Duration::from_millis(250)).await;
+
+    let began = Instant::now();
+    let result = store
+        .transaction(holder.context(), |_tx| {
+            std::thread::sleep(Duration::from_millis(1_500));
+            Ok::<_, SqliteError>(())
+        })
+        .await;
+    let ctx = holder.context();
+    assert!(
+        ctx.is_cancelled(),
+        "a 1500 ms transaction must cost a lease whose local deadline is 1000 ms"
+    );
+    assert_eq!(
+        ctx.cause(),
+        Some(EndCause::Lost(LostCause::DeadlineExceeded))
+    );
+    assert!(handle.lost());
+    assert!(
+        began.elapsed() >= Duration::from_millis(1_500),
+        "the transaction ran its course"
+    );
+    assert!(
+        result.is_err(),
+        "a guarded transaction whose lease was lost before its commit must not commit: {result:?}"
+    );
+    holder.stop().await;
+}
+
+/// One renewal as the coordinator saw it reach the store.
+#[derive(Debug, Clone, Copy)]
+struct Renewal {
+    start: Instant,
+    end: Option<Instant>,
+    renewed: bool,
+}
+
+/// Forwards to the SQLite store, recording each renewal's start and answer.
+#[derive(Debug)]
+struct Recording {
+    inner: SqliteStore,
+    renewals: Mutex<Vec<Renewal>>,
+}
+
+impl Recording {
+    fn renewals(&self) -> Vec<Renewal> {
+        self.renewals.lock().unwrap().clone()
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl LeaseStore for Recording {
+    async fn claim(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<Option<u64>, BoxError> {
+        self.inner.claim(name, holder, instance, lease_ms).await
+    }
+
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        let index = {
+            let mut renewals = self.renewals.lock().unwrap();
+            renewals.push(Renewal {
+                start: Instant::now(),
+                end: None,
+                renewed: false,
+            });
+            renewals.len() - 1
+        };
+        let result = self.inner.renew(name, holder, lease_ms).await;
+        let mut renewals = self.renewals.lock().unwrap();
+        renewals[index].end = Some(Instant::now());
+        renewals[index].renewed = matches!(result, Ok(true));
+        result
+    }
+
+    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        self.inner.verify(name, holder).await
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        self.inner.release(name, holder).await
+    }
+
+    async fn claim_slot(
+        &self,
+        name: &str,
+        holder: &str,
+        instance: &str,
+        slot_ms: i64,
+        lease_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        self.inner
+            .claim_slot(name, holder, instance, slot_ms, lease_ms)
+            .await
+    }
+
+    async fn finish(
+        &self,
+        name: &str,
+        holder: Option<&str>,
+        slot_ms: i64,
+        passed_ms: i64,
+    ) -> Result<Finished, BoxError> {
+        self.inner.finish(name, holder, slot_ms, passed_ms).await
+    }
+
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+        self.inner.find_unfinished(names).await
+    }
+
+    async fn claim_rerun(
+        &self,
+        name: &str,
+        term: u64,
+        holder: &str,
+        instance: &str,
+        lease_ms: i64,
+    ) -> Result<bool, BoxError> {
+        self.inner
+            .claim_rerun(name, term, holder, instance, lease_ms)
+            .await
+    }
+
+    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        self.inner.last_slot(name).await
+    }
+
+    async fn now_ms(&self) -> Result<i64, BoxError> {
+        self.inner.now_ms().await
+    }
+
+    async fn migrate(&self) -> Result<(), BoxError> {
+        self.inner.migrate().await
+    }
+}
