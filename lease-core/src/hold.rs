@@ -59,8 +59,7 @@ impl Handle {
     /// # Examples
     ///
     /// ```
-    /// use lease_core::{Leases, run};
-    /// use tokio_util::sync::CancellationToken;
+    /// use lease_core::{CancellationToken, Leases, run};
     ///
     /// async fn lead(leases: &Leases, shutdown: &CancellationToken) -> lease_core::Result<()> {
     ///     let Some(handle) = leases.claim("leader:billing").await? else {

@@ -77,26 +77,25 @@ pub const ABORT_WAIT: Duration = Duration::from_millis(100);
 /// # Examples
 ///
 /// ```
-/// use lease_core::{Handle, Error};
-/// use tokio_util::sync::CancellationToken;
+/// use lease_core::{CancellationToken, Handle};
 ///
 /// async fn round(handle: &Handle, shutdown: &CancellationToken) -> lease_core::Result<u32> {
 ///     let holder = handle.hold(shutdown);
-///     let result = lease_core::run(holder.context(), |ctx| async move {
-///         let term = ctx.term(); // stamp it on whatever leaves the database
+///     let steps = lease_core::run(holder.context(), |ctx| async move {
+///         let _term = ctx.term(); // stamp it on whatever leaves the database
 ///         let mut done = 0;
-///         while !ctx.is_cancelled() && done < 10 {
+///         while done < 10 && !ctx.is_cancelled() {
 ///             // ... one step, in a guarded transaction on `ctx` ...
 ///             done += 1;
 ///         }
 ///         done
 ///     })
 ///     .await;
-///     holder.stop().await;
-///     match result {
-///         Err(e @ Error::Panicked { .. }) => Err(e),
-///         other => other,
+///     holder.stop().await; // the renewals end; the name is still held
+///     if !handle.lost() {
+///         handle.release().await?; // the next claimant need not wait
 ///     }
+///     steps // Err(Lost) when aborted past the grace, Err(Panicked) on a panic
 /// }
 /// ```
 pub async fn run<F, Fut, T>(ctx: &LeaseContext, work: F) -> Result<T>
