@@ -248,6 +248,12 @@ impl PostgresStore {
             None => {
                 // Nothing holds the connection any more: take it.
                 drop(raced);
+                tracing::debug!(
+                    name,
+                    term = handle.term(),
+                    cause = ?ctx.cause(),
+                    "guarded transaction abandoned: the lease context ended"
+                );
                 self.abandon(client, cancel);
                 return Err(TransactionError::ended(ctx));
             }
@@ -277,9 +283,9 @@ impl PostgresStore {
 
     /// Takes the connection of an abandoned transaction out of the pool,
     /// cancels whatever statement it still runs, and closes it: the server
-    /// rolls the transaction back. The cancel request goes first, bounded,
-    /// on a task of its own so the caller returns at once; the connection
-    /// is closed when that task ends.
+    /// rolls the transaction back. The cancel request goes first, on a task
+    /// of its own so the caller returns at once; the task owns nothing but
+    /// the connection and ends within [`CANCEL_BOUND`], closing it.
     fn abandon(&self, client: Object, cancel: CancelToken) {
         let client = Object::take(client);
         let tls = self.inner.cancel.clone();
@@ -317,6 +323,10 @@ where
     let stmt = tx.prepare_cached(verify).await.map_err(db)?;
     let verified = tx.query_opt(&stmt, &[&name, &holder]).await.map_err(db)?;
     if verified.is_none() {
+        tracing::debug!(
+            name,
+            "guarded transaction refused: the lease is no longer this holder's"
+        );
         let _ = tx.rollback().await;
         return Err(TransactionError::lost(name, LostCause::NotHolder));
     }
