@@ -136,9 +136,8 @@ async fn a_stale_transaction_keeps_the_successor_waiting_until_it_ends() {
     let holder = Leases::new(store.clone())
         .with_timings(short())
         .with_instance("stale");
-    let rival = Leases::new(store.clone())
-        .with_timings(short())
-        .with_instance("rival");
+    // The default timings: its claim may wait up to 5 s for the fence.
+    let rival = Leases::new(store.clone()).with_instance("rival");
     let h = holder.claim("fenced").await.unwrap().unwrap();
     let claimed_at = Instant::now();
     // Never cancelled: a holder frozen without its renewals.
@@ -482,9 +481,8 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
     let holder = Leases::new(store.clone())
         .with_timings(short())
         .with_instance("stale");
-    let rival = Leases::new(store.clone())
-        .with_timings(short())
-        .with_instance("rival");
+    // The default timings: its claim may wait up to 5 s for the fence.
+    let rival = Leases::new(store.clone()).with_instance("rival");
     for rerun in [false, true] {
         let name = format!("cron:{rerun}");
         let slot = lease_core::UtcMillis::from_millis(1_000);
