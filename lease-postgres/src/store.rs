@@ -457,6 +457,32 @@ impl PostgresStore {
         }
     }
 
+    /// Creates the lease table if it does not exist: idempotent, and safe
+    /// when many replicas run it at once on a database without the table
+    /// (see the crate docs). The same as
+    /// [`Leases::migrate`](lease_core::Leases::migrate), without the
+    /// coordinator's client-side bound (the server's statement timeout
+    /// bounds each statement).
+    ///
+    /// # Errors
+    ///
+    /// [`lease_core::Error::Database`] when the server refuses (no `CREATE`
+    /// privilege on the schema while the table is missing) or does not
+    /// answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the table is either created or not.
+    pub async fn migrate(&self) -> lease_core::Result<()> {
+        schema::migrate(&self.inner.pool, &self.inner.sql)
+            .await
+            .map_err(|source| lease_core::Error::Database {
+                op: lease_core::Op::Migrate,
+                name: None,
+                source,
+            })
+    }
+
     /// The lease table's name, as given.
     #[must_use]
     pub fn table(&self) -> &str {
