@@ -216,8 +216,10 @@ impl Statements {
 pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION";
 
 /// The session setup statement run on every connection of the pool: strict
-/// SQL mode, the InnoDB lock-wait bound, and the server-side statement bound
-/// where the server has one that applies to writes.
+/// SQL mode, the InnoDB lock-wait bound, autocommit, the real clock (no
+/// `SET timestamp` left over), and the server-side statement bound where the
+/// server has one. It is run again after each guarded transaction, whose
+/// work may have changed any of them.
 ///
 /// The statement bound is written in executable comments: MariaDB runs
 /// `/*M!100600 ... */` (`max_statement_time`, seconds, every statement) and
@@ -279,7 +281,8 @@ mod tests {
         assert_eq!(
             session_setup(3, Some(4_500)),
             format!(
-                "SET SESSION sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = 3 \
+                "SET SESSION sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = 3, \
+                 autocommit = 1, timestamp = DEFAULT \
                  /*M!100600 , max_statement_time = 4.500 */ /*!80000 , max_execution_time = 4500 */"
             )
         );

@@ -237,7 +237,7 @@ impl MySqlStoreBuilder {
             pool_opts = pool_opts.with_constraints(constraints);
         }
         let mut builder = OptsBuilder::from_opts(opts)
-            .setup(vec![setup])
+            .setup(vec![setup.clone()])
             .pool_opts(pool_opts)
             .stmt_cache_size(self.stmt_cache_size);
         if let Some(prefer) = self.prefer_socket {
@@ -268,7 +268,7 @@ impl MySqlStoreBuilder {
             return Err(err);
         }
         tracing::debug!(%server, table = %table, tls, "lease store connected");
-        Ok(MySqlStore::assemble(pool, table, server, tls))
+        Ok(MySqlStore::assemble(pool, table, server, tls, setup))
     }
 
     /// Builds the store on a pool the caller made. Nothing is sent.
@@ -281,14 +281,17 @@ impl MySqlStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`MySqlError::InvalidTableName`] for a bad table name.
+    /// [`MySqlError::InvalidTableName`] for a bad table name,
+    /// [`MySqlError::InvalidSetting`] for a lock-wait bound under 1 s.
     pub fn from_pool(self, pool: Pool) -> Result<MySqlStore, MySqlError> {
         let table = TableName::parse(&self.table)?;
+        let setup = self.session_setup()?;
         Ok(MySqlStore::assemble(
             pool,
             table,
             "(caller's pool)".to_owned(),
             false,
+            setup,
         ))
     }
 }
@@ -327,6 +330,14 @@ pub(crate) fn supported_version(version: &str) -> bool {
         numbers(v).is_some_and(|v| v >= (10, 6))
     } else {
         numbers(version).is_some_and(|v| v >= (8, 0))
+    }
+}
+
+/// The error of a guarded transaction whose context ended.
+fn ended(ctx: &LeaseContext) -> MySqlError {
+    MySqlError::Ended {
+        name: ctx.handle().name().to_owned(),
+        cause: ctx.cause(),
     }
 }
 
@@ -382,6 +393,8 @@ struct Inner {
     sql: Statements,
     server: String,
     tls: bool,
+    /// The session setup, run again after each guarded transaction.
+    setup: String,
 }
 
 impl fmt::Debug for MySqlStore {
@@ -423,10 +436,20 @@ impl MySqlStore {
             TableName::default_table(),
             "(caller's pool)".to_owned(),
             false,
+            // The defaults are valid: this is never empty.
+            MySqlStoreBuilder::default()
+                .session_setup()
+                .unwrap_or_default(),
         )
     }
 
-    fn assemble(pool: Pool, table: TableName, server: String, tls: bool) -> MySqlStore {
+    fn assemble(
+        pool: Pool,
+        table: TableName,
+        server: String,
+        tls: bool,
+        setup: String,
+    ) -> MySqlStore {
         let sql = Statements::new(table.quoted());
         MySqlStore {
             inner: Arc::new(Inner {
@@ -435,6 +458,7 @@ impl MySqlStore {
                 sql,
                 server,
                 tls,
+                setup,
             }),
         }
     }
@@ -562,12 +586,8 @@ impl MySqlStore {
         E: From<MySqlError> + Send,
     {
         let name = ctx.handle().name();
-        let ended = || MySqlError::Ended {
-            name: name.to_owned(),
-            cause: ctx.cause(),
-        };
         if ctx.is_cancelled() {
-            return Err(ended().into());
+            return Err(ended(ctx).into());
         }
         let got = tokio::select! {
             biased;
@@ -575,37 +595,64 @@ impl MySqlStore {
             conn = self.inner.pool.get_conn() => Some(conn),
         };
         let mut conn: Conn = match got {
-            None => return Err(ended().into()),
+            None => return Err(ended(ctx).into()),
             Some(conn) => conn.map_err(MySqlError::from)?,
         };
-        // The work may change the session: reset it when it returns to the pool.
+        // The work may change the session: until the session setup has been
+        // run again after it, the connection is reset as it returns to the
+        // pool (which also empties its statement cache).
         conn.reset_connection(true);
-        let conn_id = conn.id();
-
-        let verified = {
-            let begin = async {
-                let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                let term: Option<u64> = tx
-                    .exec_first(
-                        self.inner.sql.verify_locked.as_str(),
-                        params! { "name" => name, "holder" => ctx.handle().holder() },
-                    )
-                    .await?;
-                Ok::<_, mysql_async::Error>((tx, term))
-            };
-            tokio::select! {
-                biased;
-                () = ctx.cancelled() => None,
-                begun = begin => Some(begun),
+        let (result, committed) = self.guarded(&mut conn, ctx, work).await;
+        if committed {
+            // Put back what the work may have changed, keeping the prepared
+            // statements; a failure leaves the reset to the pool.
+            if conn.query_drop(self.inner.setup.as_str()).await.is_ok() {
+                conn.reset_connection(false);
             }
+        } else {
+            tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction not committed");
+        }
+        result
+    }
+
+    /// The transaction of [`transaction`](Self::transaction) on `conn`, and
+    /// whether it committed.
+    async fn guarded<T, E, F>(
+        &self,
+        conn: &mut Conn,
+        ctx: &LeaseContext,
+        work: F,
+    ) -> (Result<T, E>, bool)
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
+        T: Send,
+        E: From<MySqlError> + Send,
+    {
+        let name = ctx.handle().name();
+        let conn_id = conn.id();
+        let begin = async {
+            let mut tx = conn.start_transaction(TxOpts::default()).await?;
+            let term: Option<u64> = tx
+                .exec_first(
+                    self.inner.sql.verify_locked.as_str(),
+                    params! { "name" => name, "holder" => ctx.handle().holder() },
+                )
+                .await?;
+            Ok::<_, mysql_async::Error>((tx, term))
         };
-        let (mut tx, term) = match verified {
+        let begun = tokio::select! {
+            biased;
+            () = ctx.cancelled() => None,
+            begun = begin => Some(begun),
+        };
+        let (mut tx, term) = match begun {
             // Dropped mid-statement: the connection is not reused as it is.
             None => {
                 self.kill(conn_id).await;
-                return Err(ended().into());
+                return (Err(ended(ctx).into()), false);
             }
-            Some(begun) => begun.map_err(MySqlError::from)?,
+            Some(Err(err)) => return (Err(MySqlError::from(err).into()), false),
+            Some(Ok(begun)) => begun,
         };
         if term != Some(ctx.term()) {
             let _ = tx.rollback().await;
@@ -614,12 +661,11 @@ impl MySqlStore {
                 term = ctx.term(),
                 "guarded transaction refused: lease lost"
             );
-            return Err(MySqlError::Lost {
+            let lost = MySqlError::Lost {
                 name: name.to_owned(),
-            }
-            .into());
+            };
+            return (Err(lost.into()), false);
         }
-
         let outcome = {
             let run = work(&mut tx);
             tokio::select! {
@@ -631,21 +677,20 @@ impl MySqlStore {
         match outcome {
             None => {
                 self.abort(tx, conn_id).await;
-                tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction rolled back: context ended");
-                Err(ended().into())
+                (Err(ended(ctx).into()), false)
             }
             Some(Err(err)) => {
                 self.abort(tx, conn_id).await;
-                Err(err)
+                (Err(err), false)
             }
-            Some(Ok(value)) => {
-                if ctx.is_cancelled() {
-                    self.abort(tx, conn_id).await;
-                    return Err(ended().into());
-                }
-                tx.commit().await.map_err(MySqlError::from)?;
-                Ok(value)
+            Some(Ok(_)) if ctx.is_cancelled() => {
+                self.abort(tx, conn_id).await;
+                (Err(ended(ctx).into()), false)
             }
+            Some(Ok(value)) => match tx.commit().await {
+                Ok(()) => (Ok(value), true),
+                Err(err) => (Err(MySqlError::from(err).into()), false),
+            },
         }
     }
 

@@ -1,5 +1,11 @@
 //! Shared by the integration tests: the server URL policy and fresh tables.
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs
+)]
 
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
@@ -46,4 +52,111 @@ pub async fn drop_table(store: &MySqlStore, table: &str) {
     conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
         .await
         .expect("drop table");
+}
+
+/// A TCP proxy in front of the server that counts the commands the client
+/// sends (MySQL packets with sequence id 0), by command byte.
+pub struct Proxy {
+    /// Where clients connect.
+    pub addr: std::net::SocketAddr,
+    commands: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream`.
+    pub async fn start(upstream: String) -> Proxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let commands = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = commands.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let (mut client_r, mut client_w) = client.into_split();
+                let (mut server_r, mut server_w) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
+                });
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut pending: Vec<u8> = Vec::new();
+                    let mut buf = vec![0u8; 65536];
+                    loop {
+                        let n = match client_r.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        pending.extend_from_slice(&buf[..n]);
+                        while pending.len() >= 4 {
+                            let len = usize::from(pending[0])
+                                | usize::from(pending[1]) << 8
+                                | usize::from(pending[2]) << 16;
+                            if pending.len() < 4 + len {
+                                break;
+                            }
+                            if pending[3] == 0 && len > 0 {
+                                seen.lock().unwrap().push(pending[4]);
+                            }
+                            pending.drain(..4 + len);
+                        }
+                        if server_w.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { addr, commands }
+    }
+
+    /// Forgets the commands counted so far.
+    pub fn reset(&self) {
+        self.commands.lock().unwrap().clear();
+    }
+
+    /// The commands since the last reset that wait for an answer (all but
+    /// `COM_STMT_CLOSE` and `COM_QUIT`): the round trips.
+    pub fn round_trips(&self) -> usize {
+        self.commands
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|&&c| c != 0x19 && c != 0x01)
+            .count()
+    }
+
+    /// The command bytes since the last reset.
+    pub fn commands(&self) -> Vec<u8> {
+        self.commands.lock().unwrap().clone()
+    }
+}
+
+/// `host:port` of the server `url` names.
+pub fn upstream(url: &str) -> String {
+    let opts = lease_mysql::mysql_async::Opts::from_url(&url.replacen("mariadb://", "mysql://", 1))
+        .unwrap();
+    format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port())
+}
+
+/// A store through `proxy`, on one connection, set up as `connect` does.
+pub fn proxied_store(url: &str, proxy: &Proxy, table: &str, prefer_socket: bool) -> MySqlStore {
+    use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+    let builder = MySqlStore::builder().with_table(table);
+    let opts = Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap();
+    let opts = OptsBuilder::from_opts(opts)
+        .ip_or_hostname(proxy.addr.ip().to_string())
+        .tcp_port(proxy.addr.port())
+        .prefer_socket(prefer_socket)
+        .setup(vec![builder.session_setup().unwrap()])
+        .stmt_cache_size(32)
+        .pool_opts(
+            PoolOpts::default()
+                .with_constraints(PoolConstraints::new(1, 1).unwrap())
+                .with_reset_connection(false),
+        );
+    builder.from_pool(Pool::new(opts)).unwrap()
 }

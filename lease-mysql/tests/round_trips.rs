@@ -1,0 +1,196 @@
+//! Round trips per protocol statement, counted by a proxy between the
+//! library and the server (with `prefer_socket=false`, or the driver would
+//! reconnect through the server's UNIX socket and the proxy would see
+//! nothing but the first handshake). Statements are prepared once per
+//! connection and cached: the figures are for a warm connection.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use lease_core::{LeaseContext, LeaseStore, Leases, MAX_NAME_BYTES};
+use lease_mysql::MySqlError;
+use lease_mysql::mysql_async::prelude::Queryable;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn every_statement_takes_the_round_trips_the_readme_says() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_round_trips";
+    let setup = common::fresh(&url, table).await;
+    let proxy = common::Proxy::start(common::upstream(&url)).await;
+    let store = common::proxied_store(&url, &proxy, table, false);
+
+    // Measures `op` on a warm connection: once to prepare, then counted.
+    macro_rules! count {
+        ($label:expr, $op:expr) => {{
+            let _ = $op;
+            proxy.reset();
+            let out = $op;
+            let n = proxy.round_trips();
+            eprintln!("{:<40} {n} round trip(s) {:?}", $label, proxy.commands());
+            (n, out)
+        }};
+    }
+
+    let (n, _) = count!("now", store.now_ms().await.unwrap());
+    assert_eq!(n, 1);
+    // claim of a free name: insert, then takeover of a released one.
+    let mut i = 0;
+    let (n, term) = count!("claim (insert)", {
+        i += 1;
+        store
+            .claim(&format!("c{i}"), "h", "inst", 10_000)
+            .await
+            .unwrap()
+    });
+    assert_eq!((n, term), (1, Some(1)));
+    let (n, term) = count!(
+        "claim (held: refused)",
+        store.claim("c1", "x", "inst", 10_000).await.unwrap()
+    );
+    assert_eq!((n, term), (1, None));
+    let (n, held) = count!("renew", store.renew("c1", "h", 10_000).await.unwrap());
+    assert_eq!((n, held), (1, true));
+    let (n, term) = count!("verify", store.verify("c1", "h").await.unwrap());
+    assert_eq!((n, term), (1, Some(1)));
+    let (n, _) = count!("release", store.release("c1", "h").await.unwrap());
+    assert_eq!(n, 1);
+    let (n, term) = count!("claim (takeover of a released name)", {
+        store.release("c1", "h").await.unwrap();
+        store.claim("c1", "h", "inst", 10_000).await.unwrap()
+    });
+    // The release inside the block is counted too.
+    assert_eq!(n, 2);
+    assert!(term.is_some());
+
+    let mut slot = 1_000;
+    let (n, _) = count!("claim_slot (new name: read + insert)", {
+        slot += 1;
+        store
+            .claim_slot(&format!("s{slot}"), "h", "inst", slot, 10_000)
+            .await
+            .unwrap()
+    });
+    assert_eq!(n, 2);
+    let _ = store.claim_slot("s", "h", "inst", 1, 10_000).await.unwrap();
+    let (n, _) = count!(
+        "claim_slot (held: refused on the read)",
+        store.claim_slot("s", "x", "inst", 5, 10_000).await.unwrap()
+    );
+    assert_eq!(n, 1);
+    let (n, _) = count!("claim_slot (free: read + update)", {
+        store.release("s", "h").await.unwrap();
+        slot += 1;
+        store
+            .claim_slot("s", "h", "inst", slot, 10_000)
+            .await
+            .unwrap()
+    });
+    assert_eq!(n, 3, "release + read + update");
+    let (n, _) = count!(
+        "finish",
+        store.finish("s", Some("h"), slot, slot).await.unwrap()
+    );
+    assert_eq!(n, 1);
+    let names: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (n, _) = count!(
+        "find_unfinished (100 names)",
+        store.find_unfinished(&names).await.unwrap()
+    );
+    assert_eq!(n, 1);
+    let (n, _) = count!(
+        "claim_rerun",
+        store
+            .claim_rerun("s", 1, "h", "inst", 10_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(n, 1);
+    let (n, _) = count!("last_slot", store.last_slot("s").await.unwrap());
+    assert_eq!(n, 1);
+
+    // A name over the limit never reaches the server.
+    let leases = Leases::new(store.clone());
+    proxy.reset();
+    let long = "n".repeat(MAX_NAME_BYTES + 1);
+    assert!(leases.claim(&long).await.is_err());
+    assert!(
+        leases
+            .claim_slot(&long, lease_core::UtcMillis::from_millis(5))
+            .await
+            .is_err()
+    );
+    eprintln!(
+        "{:<40} {} round trip(s)",
+        "claim of a 192-byte name",
+        proxy.round_trips()
+    );
+    assert_eq!(proxy.round_trips(), 0);
+
+    // The guarded transaction: begin, verify, the work, commit.
+    let handle = leases.claim("guarded").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(handle, CancellationToken::new());
+    let guarded = || {
+        store.transaction(&ctx, |tx| {
+            Box::pin(async move {
+                tx.query_drop("DO 1").await?;
+                Ok::<_, MySqlError>(())
+            })
+        })
+    };
+    guarded().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    proxy.reset();
+    guarded().await.unwrap();
+    let n = proxy.round_trips();
+    eprintln!(
+        "{:<40} {n} round trip(s) {:?}",
+        "transaction (one statement of work)",
+        proxy.commands()
+    );
+    assert_eq!(
+        n, 5,
+        "START TRANSACTION, verify, the work, COMMIT, the session setup again"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    proxy.reset();
+    assert!(
+        store
+            .renew("guarded", ctx.handle().holder(), 10_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        proxy.round_trips(),
+        1,
+        "no reset, statement cache kept: {:?}",
+        proxy.commands()
+    );
+    common::drop_table(&setup, table).await;
+}
+
+#[tokio::test]
+async fn with_prefer_socket_a_proxy_sees_only_the_first_handshake() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_prefer_socket";
+    let setup = common::fresh(&url, table).await;
+    let proxy = common::Proxy::start(common::upstream(&url)).await;
+    let store = common::proxied_store(&url, &proxy, table, true);
+    store.now_ms().await.unwrap();
+    proxy.reset();
+    store.claim("x", "h", "i", 1_000).await.unwrap();
+    let seen = proxy.round_trips();
+    eprintln!(
+        "prefer_socket=true: the proxy saw {seen} command(s) of a claim \
+         (0 when the driver moved to the server's UNIX socket)"
+    );
+    let mut conn = setup.pool().get_conn().await.unwrap();
+    let socket: Option<String> = conn.query_first("SELECT @@socket").await.unwrap();
+    if socket.is_some_and(|s| std::path::Path::new(&s).exists()) {
+        assert_eq!(seen, 0, "the driver should have moved to the UNIX socket");
+    }
+    drop(conn);
+    common::drop_table(&setup, table).await;
+}
