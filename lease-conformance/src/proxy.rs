@@ -33,6 +33,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lease_core::CancellationToken;
@@ -52,6 +53,7 @@ pub struct Proxy {
     /// Cancelled by [`cut`](Proxy::cut): ends the connections open then.
     generation: Arc<Mutex<CancellationToken>>,
     shutdown: CancellationToken,
+    accepted: Arc<AtomicU64>,
     accept: Option<JoinHandle<()>>,
 }
 
@@ -80,12 +82,14 @@ impl Proxy {
         let (paused, _) = watch::channel(false);
         let generation = Arc::new(Mutex::new(CancellationToken::new()));
         let shutdown = CancellationToken::new();
+        let accepted = Arc::new(AtomicU64::new(0));
         let accept = tokio::spawn(accept_loop(
             listener,
             target,
             paused.clone(),
             generation.clone(),
             shutdown.clone(),
+            accepted.clone(),
         ));
         Ok(Proxy {
             addr,
@@ -93,6 +97,7 @@ impl Proxy {
             paused,
             generation,
             shutdown,
+            accepted,
             accept: Some(accept),
         })
     }
@@ -119,6 +124,13 @@ impl Proxy {
     /// Forwards bytes again, those held back first.
     pub fn resume(&self) {
         self.paused.send_replace(false);
+    }
+
+    /// How many connections the proxy has accepted so far: a test shows
+    /// with it that a client reconnected after a [`cut`](Proxy::cut).
+    #[must_use]
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Whether the proxy is paused.
@@ -166,6 +178,7 @@ async fn accept_loop(
     paused: watch::Sender<bool>,
     generation: Arc<Mutex<CancellationToken>>,
     shutdown: CancellationToken,
+    count: Arc<AtomicU64>,
 ) {
     // Dropped with the loop: aborts every connection's tasks.
     let mut connections = JoinSet::new();
@@ -181,6 +194,7 @@ async fn accept_loop(
             // left): the listener stays usable.
             continue;
         };
+        count.fetch_add(1, Ordering::SeqCst);
         let cut = generation
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -361,6 +375,7 @@ mod tests {
 
         let mut again = TcpStream::connect(proxy.addr()).await.unwrap();
         assert_eq!(round_trip(&mut again, b"two").await, b"two");
+        assert_eq!(proxy.accepted(), 2);
     }
 
     #[tokio::test]

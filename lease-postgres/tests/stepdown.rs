@@ -182,6 +182,79 @@ async fn holder_steps_down_well_before_the_database_frees_the_name() {
         .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cut_under_the_holder_cost_it_nothing() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let timings = timings();
+    let table = unique_table();
+    let direct = PostgresStore::builder(&url)
+        .unwrap()
+        .with_table(&table)
+        .connect()
+        .await
+        .expect("connect to LEASE_TEST_POSTGRES_URL");
+    let rival = Leases::new(direct.clone()).with_instance("cut-rival");
+    rival.migrate().await.unwrap();
+
+    let (server, _) = split_server(&url, None);
+    let proxy = Proxy::start(server.as_str()).await.unwrap();
+    let (_, proxied_url) = split_server(&url, Some(proxy.addr()));
+    let proxied = PostgresStore::builder(&proxied_url)
+        .unwrap()
+        .with_table(&table)
+        .with_pool_size(2)
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let leases = Leases::new(proxied)
+        .with_timings(timings)
+        .with_instance("cut-holder");
+
+    let name = "leader:cut";
+    let handle = leases
+        .claim(name)
+        .await
+        .unwrap()
+        .expect("a fresh table's name is free");
+    let holder = handle.hold(&CancellationToken::new());
+    // Every connection dropped, three times over a local deadline: the
+    // renewals that fail are tried again, on new connections.
+    let before = proxy.accepted();
+    for _ in 0..3 {
+        sleep(timings.deadline() / 3).await;
+        proxy.cut();
+    }
+    sleep(timings.deadline()).await;
+    assert!(
+        proxy.accepted() >= before + 3,
+        "the holder's store should have reconnected after each cut ({} connections before, \
+         {} after)",
+        before,
+        proxy.accepted()
+    );
+    let ctx = holder.context();
+    assert!(
+        !ctx.is_cancelled(),
+        "the holder lost its lease to connections cut under it: {:?}",
+        ctx.cause()
+    );
+    assert!(!handle.lost());
+    assert!(
+        rival.claim(name).await.unwrap().is_none(),
+        "the name must still be held"
+    );
+    holder.stop().await;
+    handle.release().await.unwrap();
+    proxy.shutdown().await;
+    let client = direct.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+        .await
+        .unwrap();
+}
+
 #[test]
 fn split_server_rewrites_only_the_host_and_port() {
     let via: std::net::SocketAddr = "127.0.0.1:40000".parse().unwrap();
