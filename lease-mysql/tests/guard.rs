@@ -1,0 +1,365 @@
+//! The transaction guard: verify first, end with the lease context, and
+//! fence as far as InnoDB allows.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use lease_core::{EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings};
+use lease_mysql::mysql_async::prelude::Queryable;
+use lease_mysql::{MySqlError, MySqlStore};
+use tokio_util::sync::CancellationToken;
+
+/// A store on `table` with a business table `<table>_biz` beside it.
+async fn setup(url: &str, table: &str) -> MySqlStore {
+    let store = common::fresh(url, table).await;
+    let biz = format!("{table}_biz");
+    common::drop_table(&store, &biz).await;
+    let mut conn = store.pool().get_conn().await.unwrap();
+    conn.query_drop(format!(
+        "CREATE TABLE {biz} (id INT PRIMARY KEY, term BIGINT UNSIGNED)"
+    ))
+    .await
+    .unwrap();
+    store
+}
+
+async fn teardown(store: &MySqlStore, table: &str) {
+    common::drop_table(store, &format!("{table}_biz")).await;
+    common::drop_table(store, table).await;
+}
+
+async fn biz_rows(store: &MySqlStore, table: &str) -> Vec<(i32, u64)> {
+    let mut conn = store.pool().get_conn().await.unwrap();
+    conn.query(format!("SELECT id, term FROM {table}_biz ORDER BY id"))
+        .await
+        .unwrap()
+}
+
+async fn context(leases: &Leases, name: &str) -> LeaseContext {
+    let handle = leases.claim(name).await.unwrap().expect("free name");
+    LeaseContext::new(handle, CancellationToken::new())
+}
+
+#[tokio::test]
+async fn work_commits_under_a_held_lease() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_commit";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "commit").await;
+    let term = ctx.term();
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, ?)");
+    let out = store
+        .transaction(&ctx, |tx| {
+            Box::pin(async move {
+                tx.exec_drop(sql, (term,)).await?;
+                Ok::<_, MySqlError>("done")
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, "done");
+    assert_eq!(biz_rows(&store, table).await, vec![(1, 1)]);
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn a_lost_lease_refuses_the_transaction_before_its_first_statement() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_lost";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "lost").await;
+    ctx.handle().release().await.unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+    let err = store
+        .transaction(&ctx, |tx| {
+            flag.store(true, Ordering::SeqCst);
+            Box::pin(async move {
+                tx.query_drop(sql).await?;
+                Ok::<_, MySqlError>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MySqlError::Lost { .. }), "{err:?}");
+    assert!(err.is_lost());
+    assert!(!ran.load(Ordering::SeqCst), "the work must not even start");
+    assert!(biz_rows(&store, table).await.is_empty());
+
+    // A successor holds it now: still refused.
+    let successor = leases.claim("lost").await.unwrap().unwrap();
+    let err = store
+        .transaction(&ctx, |_tx| Box::pin(async { Ok::<_, MySqlError>(()) }))
+        .await
+        .unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    successor.release().await.unwrap();
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn a_context_already_ended_refuses_the_transaction() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_ended";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "ended").await;
+    ctx.end(EndCause::Lost(LostCause::DeadlineExceeded));
+    let err = store
+        .transaction(&ctx, |_tx| Box::pin(async { Ok::<_, MySqlError>(()) }))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MySqlError::Ended { .. }), "{err:?}");
+    assert!(err.is_lost());
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn work_that_fails_is_rolled_back() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_fail";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "fail").await;
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+    let err = store
+        .transaction(&ctx, |tx| {
+            Box::pin(async move {
+                tx.query_drop(sql).await?;
+                Err::<(), _>(MySqlError::InvalidSetting("the work gave up".into()))
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MySqlError::InvalidSetting(_)), "{err:?}");
+    assert!(biz_rows(&store, table).await.is_empty());
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn the_transaction_is_rolled_back_when_the_context_ends_between_statements() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_cancel";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "cancel").await;
+    let ender = ctx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ender.end(EndCause::Lost(LostCause::NotHolder));
+    });
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+    let err = store
+        .transaction(&ctx, |tx| {
+            Box::pin(async move {
+                tx.query_drop(sql).await?;
+                std::future::pending::<()>().await;
+                Ok::<_, MySqlError>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            MySqlError::Ended {
+                cause: Some(EndCause::Lost(_)),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(biz_rows(&store, table).await.is_empty(), "rolled back");
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn the_transaction_is_rolled_back_when_the_context_ends_mid_statement() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_cancel_mid";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "cancel-mid").await;
+    let ender = ctx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ender.end(EndCause::ParentCancelled);
+    });
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+    let started = Instant::now();
+    let err = store
+        .transaction(&ctx, |tx| {
+            Box::pin(async move {
+                tx.query_drop(sql).await?;
+                // Still running on the server when the context ends.
+                tx.query_drop("DO SLEEP(4)").await?;
+                Ok::<_, MySqlError>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(
+            err,
+            MySqlError::Ended {
+                cause: Some(EndCause::ParentCancelled),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_lost());
+    assert!(
+        took < Duration::from_secs(3),
+        "ended without waiting for the statement: {took:?}"
+    );
+    assert!(biz_rows(&store, table).await.is_empty(), "rolled back");
+    teardown(&store, table).await;
+}
+
+/// Opens a guarded transaction on `ctx` and keeps it open (holding the
+/// shared lock on the lease row) until `hold` is notified.
+fn hold_open(
+    store: &MySqlStore,
+    ctx: &LeaseContext,
+    table: &str,
+    locked: Arc<tokio::sync::Notify>,
+    hold: Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<Result<(), MySqlError>> {
+    let store = store.clone();
+    let ctx = ctx.clone();
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, ?)");
+    tokio::spawn(async move {
+        let term = ctx.term();
+        store
+            .transaction(&ctx, move |tx| {
+                Box::pin(async move {
+                    tx.exec_drop(sql, (term,)).await?;
+                    locked.notify_one();
+                    hold.notified().await;
+                    Ok::<_, MySqlError>(())
+                })
+            })
+            .await
+    })
+}
+
+#[tokio::test]
+async fn a_successors_claim_waits_for_the_guarded_transaction() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_fence";
+    let store = setup(&url, table).await;
+    let short = Timings::builder()
+        .lease(Duration::from_millis(400))
+        .renew(Duration::from_millis(50))
+        .deadline(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let leases = Leases::new(store.clone()).with_timings(short);
+    let ctx = context(&leases, "fenced").await;
+    let (locked, hold) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let tx = hold_open(&store, &ctx, table, locked.clone(), hold.clone());
+    locked.notified().await;
+    // The lease expires by the database clock while the transaction is open.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let claimer = store.clone();
+    let successor = tokio::spawn(async move {
+        claimer
+            .claim("fenced", "successor", "b", 10_000)
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !successor.is_finished(),
+        "the successor's claim waits on the shared lock"
+    );
+    hold.notify_one();
+    tx.await.unwrap().unwrap();
+    assert_eq!(successor.await.unwrap(), Some(2), "then takes the name");
+    // The business write committed while the row was still the holder's.
+    assert_eq!(biz_rows(&store, table).await, vec![(1, 1)]);
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn a_guarded_transaction_delays_the_holders_own_renewal_until_it_ends() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_renew";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "renewed").await;
+    let (locked, hold) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let tx = hold_open(&store, &ctx, table, locked.clone(), hold.clone());
+    locked.notified().await;
+    let handle = ctx.handle().clone();
+    let renewal = tokio::spawn(async move {
+        let started = Instant::now();
+        handle.renew().await.map(|()| started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !renewal.is_finished(),
+        "InnoDB has no key-share lock: the renewal waits"
+    );
+    hold.notify_one();
+    tx.await.unwrap().unwrap();
+    let waited = renewal.await.unwrap().unwrap();
+    eprintln!("the renewal waited {waited:?} for the guarded transaction");
+    assert!(waited >= Duration::from_millis(500));
+    teardown(&store, table).await;
+}
+
+#[tokio::test]
+async fn a_guarded_transaction_longer_than_the_lock_wait_bound_fails_the_renewal_attempt() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_lock_wait";
+    let store = setup(&url, table).await;
+    let impatient = MySqlStore::builder()
+        .with_table(table)
+        .with_lock_wait_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .unwrap();
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "impatient").await;
+    let (locked, hold) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let tx = hold_open(&store, &ctx, table, locked.clone(), hold.clone());
+    locked.notified().await;
+    let err = impatient
+        .renew("impatient", ctx.handle().holder(), 15_000)
+        .await
+        .unwrap_err();
+    let err = err.downcast::<lease_mysql::mysql_async::Error>().unwrap();
+    assert!(
+        matches!(&*err, lease_mysql::mysql_async::Error::Server(e) if e.code == 1205),
+        "lock wait timeout: {err:?}"
+    );
+    hold.notify_one();
+    tx.await.unwrap().unwrap();
+    assert!(
+        impatient
+            .renew("impatient", ctx.handle().holder(), 15_000)
+            .await
+            .unwrap()
+    );
+    teardown(&store, table).await;
+}
