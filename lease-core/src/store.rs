@@ -39,6 +39,15 @@ use crate::error::BoxError;
 /// operation and the lease, so implementations return the driver's error as
 /// it is.
 ///
+/// A backend that offers a guarded transaction (one that verifies the lease
+/// as its first statement and locks the lease row while it runs) must make
+/// every claim (`claim`, `claim_slot`, `claim_rerun`) take a lock that
+/// conflicts with the guard's, so that a successor's claim waits for a stale
+/// holder's transaction to end. The conformance suite cannot see this; the
+/// backend's own tests must (PostgreSQL: the guard takes `FOR KEY SHARE`,
+/// claims lock the row `FOR UPDATE` first; renewals take `FOR NO KEY UPDATE`
+/// and so are not blocked).
+///
 /// The trait is object safe: a program picks its database at run time and
 /// holds an `Arc<dyn LeaseStore>`. The
 /// [`lease-conformance`](https://docs.rs/lease-conformance) crate runs the
