@@ -321,6 +321,17 @@ mod tests {
         }
     }
 
+    /// The public futures and types are `Send`, so that they can be spawned.
+    #[allow(dead_code)]
+    fn futures_are_send(ctx: &LeaseContext, holder: crate::Holder) {
+        fn send<T: Send>(_: &T) {}
+        let running = run(ctx, |_| async {});
+        send(&running);
+        send(&holder);
+        let stopping = holder.stop();
+        send(&stopping);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn run_returns_what_the_work_returned() {
         let store = ScriptedStore::new([]);
