@@ -227,8 +227,10 @@ pub(crate) const SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DAT
 /// (`max_execution_time`, milliseconds, `SELECT` only). The numbers are the
 /// only formatted parts.
 pub(crate) fn session_setup(lock_wait_secs: u64, statement_ms: Option<u64>) -> String {
-    let mut sql =
-        format!("SET SESSION sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = {lock_wait_secs}");
+    let mut sql = format!(
+        "SET SESSION sql_mode = '{SQL_MODE}', innodb_lock_wait_timeout = {lock_wait_secs}, \
+         autocommit = 1, timestamp = DEFAULT"
+    );
     if let Some(ms) = statement_ms {
         let secs = ms / 1000;
         let frac = ms % 1000;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use lease_core::CancellationToken;
 use lease_core::{EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore};
-use tokio_util::sync::CancellationToken;
 
 /// A store on `table` with a business table `<table>_biz` beside it.
 async fn setup(url: &str, table: &str) -> MySqlStore {

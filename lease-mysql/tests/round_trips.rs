@@ -8,10 +8,10 @@
 
 mod common;
 
+use lease_core::CancellationToken;
 use lease_core::{LeaseContext, LeaseStore, Leases, MAX_NAME_BYTES};
 use lease_mysql::MySqlError;
 use lease_mysql::mysql_async::prelude::Queryable;
-use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn every_statement_takes_the_round_trips_the_readme_says() {
