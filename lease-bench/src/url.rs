@@ -1,0 +1,123 @@
+//! Which backend a URL names, and the same URL through a proxy.
+
+/// A database the lease protocol runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite:` URLs.
+    Sqlite,
+    /// `postgres://` and `postgresql://` URLs.
+    Postgres,
+    /// `mysql://` and `mariadb://` URLs.
+    MySql,
+}
+
+impl Backend {
+    /// The backend a URL names, by its scheme.
+    #[must_use]
+    pub fn of(url: &str) -> Option<Backend> {
+        let scheme = url.split_once(':')?.0.to_ascii_lowercase();
+        match scheme.as_str() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" | "postgresql" => Some(Backend::Postgres),
+            "mysql" | "mariadb" => Some(Backend::MySql),
+            _ => None,
+        }
+    }
+
+    /// A short name for tables and logs.
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+            Backend::MySql => "mariadb",
+        }
+    }
+}
+
+/// The `host:port` a server URL points at (port defaulted per backend), or
+/// `None` for a URL without a network address.
+#[must_use]
+pub fn host_port(url: &str) -> Option<String> {
+    let backend = Backend::of(url)?;
+    let default_port = match backend {
+        Backend::Postgres => 5432,
+        Backend::MySql => 3306,
+        Backend::Sqlite => return None,
+    };
+    let (_, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?']).next()?;
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if hostport.is_empty() {
+        return None;
+    }
+    Some(if hostport.contains(':') {
+        hostport.to_owned()
+    } else {
+        format!("{hostport}:{default_port}")
+    })
+}
+
+/// `url` with its `host:port` replaced by `addr` (a proxy), and, for MySQL,
+/// the UNIX socket turned off so that the driver does go through it.
+#[must_use]
+pub fn through(url: &str, addr: &str) -> Option<String> {
+    let backend = Backend::of(url)?;
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+    let mut out = match userinfo {
+        Some(u) => format!("{scheme}://{u}@{addr}{tail}"),
+        None => format!("{scheme}://{addr}{tail}"),
+    };
+    if backend == Backend::MySql {
+        out.push(if tail.contains('?') { '&' } else { '?' });
+        out.push_str("prefer_socket=false");
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_by_scheme() {
+        assert_eq!(Backend::of("sqlite:///tmp/x.db"), Some(Backend::Sqlite));
+        assert_eq!(Backend::of("sqlite::memory:"), Some(Backend::Sqlite));
+        assert_eq!(Backend::of("PostgreSQL://h/db"), Some(Backend::Postgres));
+        assert_eq!(Backend::of("mariadb://h/db"), Some(Backend::MySql));
+        assert_eq!(Backend::of("redis://h"), None);
+    }
+
+    #[test]
+    fn host_and_port() {
+        assert_eq!(
+            host_port("postgres://postgres@127.0.0.1:5432/test").as_deref(),
+            Some("127.0.0.1:5432")
+        );
+        assert_eq!(
+            host_port("mysql://root:pw@db/test").as_deref(),
+            Some("db:3306")
+        );
+        assert_eq!(host_port("postgres://h?x=1").as_deref(), Some("h:5432"));
+        assert_eq!(host_port("sqlite:///x.db"), None);
+    }
+
+    #[test]
+    fn urls_through_a_proxy() {
+        assert_eq!(
+            through("postgres://postgres@127.0.0.1:5432/test", "127.0.0.1:4000").as_deref(),
+            Some("postgres://postgres@127.0.0.1:4000/test")
+        );
+        assert_eq!(
+            through("mysql://root@127.0.0.1:3306/test", "127.0.0.1:4000").as_deref(),
+            Some("mysql://root@127.0.0.1:4000/test?prefer_socket=false")
+        );
+        assert_eq!(
+            through("mariadb://u:p@db/test?pool_max=4", "127.0.0.1:9").as_deref(),
+            Some("mariadb://u:p@127.0.0.1:9/test?pool_max=4&prefer_socket=false")
+        );
+    }
+}
