@@ -363,3 +363,60 @@ async fn a_guarded_transaction_longer_than_the_lock_wait_bound_fails_the_renewal
     );
     teardown(&store, table).await;
 }
+
+#[tokio::test]
+async fn session_changes_made_by_the_work_do_not_outlive_the_transaction() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_session";
+    let store = setup(&url, table).await;
+    // One connection: the guarded transaction's is the one the next
+    // statements run on.
+    let one = MySqlStore::builder()
+        .with_table(table)
+        .with_pool_constraints(1, 1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let leases = Leases::new(one.clone());
+    let ctx = context(&leases, "session").await;
+    let sessions = |one: MySqlStore| async move {
+        let mut conn = one.pool().get_conn().await.unwrap();
+        let row: (u64, u64, String) = conn
+            .query_first("SELECT @@SESSION.autocommit, @@SESSION.innodb_lock_wait_timeout, @@SESSION.sql_mode")
+            .await
+            .unwrap()
+            .unwrap();
+        row
+    };
+    for fail in [false, true] {
+        let result = one
+            .transaction(&ctx, move |tx| {
+                Box::pin(async move {
+                    tx.query_drop(
+                        "SET SESSION autocommit = 0, innodb_lock_wait_timeout = 50, sql_mode = ''",
+                    )
+                    .await?;
+                    if fail {
+                        return Err(MySqlError::InvalidSetting("fail".into()));
+                    }
+                    Ok::<_, MySqlError>(())
+                })
+            })
+            .await;
+        assert_eq!(result.is_err(), fail);
+        // Committed: the setup ran again. Failed: the pool reset the session.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (autocommit, lock_wait, mode) = sessions(one.clone()).await;
+        assert_eq!((autocommit, lock_wait), (1, 3), "after fail={fail}");
+        assert!(
+            mode.contains("STRICT_ALL_TABLES"),
+            "after fail={fail}: {mode}"
+        );
+        assert!(
+            one.renew("session", ctx.handle().holder(), 15_000)
+                .await
+                .unwrap()
+        );
+    }
+    teardown(&store, table).await;
+}
