@@ -10,19 +10,11 @@
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
 
-/// The test server's URL from `LEASE_TEST_MYSQL_URL`. Unset: under `CI=true`
-/// a failure, otherwise a skip note on stderr and `None`.
+/// The test server's URL from `LEASE_TEST_MYSQL_URL`, under the suite's
+/// policy: unset, a failure when `CI` is `true`, otherwise a skip note on
+/// stderr and `None`.
 pub fn url() -> Option<String> {
-    match std::env::var("LEASE_TEST_MYSQL_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("LEASE_TEST_MYSQL_URL is required when CI=true");
-            }
-            eprintln!("skipped: set LEASE_TEST_MYSQL_URL (e.g. mysql://root@127.0.0.1:3306/test)");
-            None
-        }
-    }
+    lease_conformance::env_url("LEASE_TEST_MYSQL_URL")
 }
 
 /// The URL with a query parameter added.
