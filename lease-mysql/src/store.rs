@@ -736,6 +736,7 @@ impl MySqlStore {
                     if e.code == 1213 && tries < DEADLOCK_RETRIES =>
                 {
                     tries += 1;
+                    tracing::debug!(tries, "deadlock victim: trying the statement again");
                 }
                 Err(e) => return Err(e),
             }

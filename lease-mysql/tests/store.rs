@@ -458,3 +458,45 @@ async fn mariadb_scheme_connects_like_mysql() {
     let store = MySqlStore::connect(&maria).await.unwrap();
     assert!(store.now_ms().await.unwrap() > 0);
 }
+
+#[tokio::test]
+async fn racing_claims_have_one_winner_and_no_errors() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_race";
+    let setup = common::fresh(&url, table).await;
+    let store = MySqlStore::builder()
+        .with_table(table)
+        .with_pool_constraints(0, 16)
+        .connect(&url)
+        .await
+        .unwrap();
+    for round in 0..30 {
+        // A fresh name (racing inserts), then the same name once released
+        // (racing takeovers).
+        let name = format!("race-{round}");
+        for expect_term in [1, 2] {
+            let tasks: Vec<_> = (0..12)
+                .map(|i| {
+                    let store = store.clone();
+                    let name = name.clone();
+                    tokio::spawn(async move {
+                        let holder = format!("h{i}");
+                        let term = store.claim(&name, &holder, "i", 10_000).await;
+                        (holder, term)
+                    })
+                })
+                .collect();
+            let mut winners = Vec::new();
+            for task in tasks {
+                let (holder, term) = task.await.unwrap();
+                if let Some(term) = term.expect("no claim fails") {
+                    winners.push((holder, term));
+                }
+            }
+            assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+            assert_eq!(winners[0].1, expect_term, "round {round}");
+            assert!(store.release(&name, &winners[0].0).await.unwrap());
+        }
+    }
+    common::drop_table(&setup, table).await;
+}
