@@ -268,7 +268,7 @@ impl MySqlStoreBuilder {
             return Err(err);
         }
         tracing::debug!(%server, table = %table, tls, "lease store connected");
-        Ok(MySqlStore::assemble(pool, table, server, tls, setup))
+        Ok(MySqlStore::assemble(pool, table, server, tls, Some(setup)))
     }
 
     /// Builds the store on a pool the caller made. Nothing is sent.
@@ -281,17 +281,15 @@ impl MySqlStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`MySqlError::InvalidTableName`] for a bad table name,
-    /// [`MySqlError::InvalidSetting`] for a lock-wait bound under 1 s.
+    /// [`MySqlError::InvalidTableName`] for a bad table name.
     pub fn from_pool(self, pool: Pool) -> Result<MySqlStore, MySqlError> {
         let table = TableName::parse(&self.table)?;
-        let setup = self.session_setup()?;
         Ok(MySqlStore::assemble(
             pool,
             table,
             "(caller's pool)".to_owned(),
             false,
-            setup,
+            None,
         ))
     }
 }
@@ -393,8 +391,10 @@ struct Inner {
     sql: Statements,
     server: String,
     tls: bool,
-    /// The session setup, run again after each guarded transaction.
-    setup: String,
+    /// The session setup of a pool the store built, run again after each
+    /// guarded transaction; `None` on a caller's pool, whose sessions the
+    /// store leaves to the pool's own reset.
+    setup: Option<String>,
 }
 
 impl fmt::Debug for MySqlStore {
@@ -436,10 +436,7 @@ impl MySqlStore {
             TableName::default_table(),
             "(caller's pool)".to_owned(),
             false,
-            // The defaults are valid: this is never empty.
-            MySqlStoreBuilder::default()
-                .session_setup()
-                .unwrap_or_default(),
+            None,
         )
     }
 
@@ -448,7 +445,7 @@ impl MySqlStore {
         table: TableName,
         server: String,
         tls: bool,
-        setup: String,
+        setup: Option<String>,
     ) -> MySqlStore {
         let sql = Statements::new(table.quoted());
         MySqlStore {
@@ -600,14 +597,18 @@ impl MySqlStore {
         };
         // The work may change the session: until the session setup has been
         // run again after it, the connection is reset as it returns to the
-        // pool (which also empties its statement cache).
+        // pool (which also empties its statement cache and runs the pool's
+        // own setup statements).
         conn.reset_connection(true);
         let (result, committed) = self.guarded(&mut conn, ctx, work).await;
         if committed {
-            // Put back what the work may have changed, keeping the prepared
-            // statements; a failure leaves the reset to the pool.
-            if conn.query_drop(self.inner.setup.as_str()).await.is_ok() {
-                conn.reset_connection(false);
+            // On a pool of the store's own, put back what the work may have
+            // changed, keeping the prepared statements; a failure leaves the
+            // reset to the pool.
+            if let Some(setup) = &self.inner.setup {
+                if conn.query_drop(setup.as_str()).await.is_ok() {
+                    conn.reset_connection(false);
+                }
             }
         } else {
             tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction not committed");

@@ -19,7 +19,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     let table = "lm_round_trips";
     let setup = common::fresh(&url, table).await;
     let proxy = common::Proxy::start(common::upstream(&url)).await;
-    let store = common::proxied_store(&url, &proxy, table, false);
+    let store = common::proxied_store(&url, &proxy, table, false).await;
 
     // Measures `op` on a warm connection: once to prepare, then counted.
     macro_rules! count {
@@ -177,7 +177,7 @@ async fn with_prefer_socket_a_proxy_sees_only_the_first_handshake() {
     let table = "lm_prefer_socket";
     let setup = common::fresh(&url, table).await;
     let proxy = common::Proxy::start(common::upstream(&url)).await;
-    let store = common::proxied_store(&url, &proxy, table, true);
+    let store = common::proxied_store(&url, &proxy, table, true).await;
     store.now_ms().await.unwrap();
     proxy.reset();
     store.claim("x", "h", "i", 1_000).await.unwrap();

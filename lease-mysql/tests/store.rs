@@ -48,7 +48,7 @@ async fn a_192_byte_name_is_refused_before_any_sql_and_191_bytes_are_kept_whole(
     let table = "lm_long_names";
     let setup = common::fresh(&url, table).await;
     let proxy = common::Proxy::start(common::upstream(&url)).await;
-    let store = common::proxied_store(&url, &proxy, table, false);
+    let store = common::proxied_store(&url, &proxy, table, false).await;
     let leases = Leases::new(store.clone());
     store.now_ms().await.unwrap();
     proxy.reset();

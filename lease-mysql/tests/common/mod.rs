@@ -134,21 +134,31 @@ pub fn upstream(url: &str) -> String {
     format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port())
 }
 
-/// A store through `proxy`, on one connection, set up as `connect` does.
-pub fn proxied_store(url: &str, proxy: &Proxy, table: &str, prefer_socket: bool) -> MySqlStore {
-    use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
-    let builder = MySqlStore::builder().with_table(table);
-    let opts = Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap();
-    let opts = OptsBuilder::from_opts(opts)
-        .ip_or_hostname(proxy.addr.ip().to_string())
-        .tcp_port(proxy.addr.port())
-        .prefer_socket(prefer_socket)
-        .setup(vec![builder.session_setup().unwrap()])
-        .stmt_cache_size(32)
-        .pool_opts(
-            PoolOpts::default()
-                .with_constraints(PoolConstraints::new(1, 1).unwrap())
-                .with_reset_connection(false),
-        );
-    builder.from_pool(Pool::new(opts)).unwrap()
+/// A store through `proxy`, on one connection, built by `connect` (with
+/// `prefer_socket=false`, or the driver would move to the server's UNIX
+/// socket and bypass the proxy, unless `prefer_socket` is asked for).
+pub async fn proxied_store(
+    url: &str,
+    proxy: &Proxy,
+    table: &str,
+    prefer_socket: bool,
+) -> MySqlStore {
+    let opts = lease_mysql::mysql_async::Opts::from_url(&url.replacen("mariadb://", "mysql://", 1))
+        .unwrap();
+    let credentials = match (opts.user(), opts.pass()) {
+        (Some(user), Some(pass)) => format!("{user}:{pass}@"),
+        (Some(user), None) => format!("{user}@"),
+        _ => String::new(),
+    };
+    let proxied = format!(
+        "mysql://{credentials}{}/{}?prefer_socket={prefer_socket}",
+        proxy.addr,
+        opts.db_name().unwrap_or_default()
+    );
+    MySqlStore::builder()
+        .with_table(table)
+        .with_pool_constraints(1, 1)
+        .connect(&proxied)
+        .await
+        .unwrap()
 }
