@@ -544,7 +544,7 @@ impl MySqlStore {
     /// ```no_run
     /// # async fn example(store: lease_mysql::MySqlStore, ctx: lease_core::LeaseContext)
     /// # -> Result<(), lease_mysql::MySqlError> {
-    /// use mysql_async::prelude::Queryable;
+    /// use lease_mysql::mysql_async::prelude::Queryable;
     ///
     /// let term = ctx.term();
     /// store
