@@ -449,7 +449,7 @@ impl Contender {
                     if let Some((handle, seq)) = self.attempt(&job, &kind).await {
                         let planned = self.round_length();
                         let finished = self.tenure(handle, seq, &kind, planned).await;
-                        if finished && self.plant == Plant::RerunFinished && self.chance(30) {
+                        if finished && self.plant == Plant::RerunFinished {
                             let kind = Kind::PlantedRerun(instant);
                             if let Some((handle, seq)) = self.attempt(&job, &kind).await {
                                 self.tenure(handle, seq, &kind, self.ms(50, 100)).await;
@@ -539,6 +539,15 @@ struct Proc {
     child: Child,
     stdin: Option<ChildStdin>,
     proxy: Option<Arc<Proxy>>,
+}
+
+/// The faults the orchestrator injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Pause,
+    Cut,
+    Stall,
 }
 
 #[derive(Default)]
@@ -734,10 +743,27 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
         } else {
             rng.below(procs.len())
         };
+        // The planted work that outlives its lease is exposed by the faults
+        // that cost a holder its lease while it lives on: long pauses and
+        // stalls. The others get the usual mix.
+        let (kill_pct, pause_pct, long) = if args.plant == Plant::SkipDeadline {
+            (5, 85, (3_000, 5_000))
+        } else {
+            (15, 55, (1_000, 4_500))
+        };
         let roll = rng.below(100);
         let now = db_now(&setup).await;
-        match (&sqlite, roll) {
-            (_, 0..=19) => {
+        let fault = if roll < kill_pct {
+            Fault::Kill
+        } else if sqlite.is_some() {
+            Fault::Stall
+        } else if roll < kill_pct + pause_pct {
+            Fault::Pause
+        } else {
+            Fault::Cut
+        };
+        match (&sqlite, fault) {
+            (_, Fault::Kill) => {
                 let mut proc = procs.remove(victim);
                 let _ = proc.child.kill().await;
                 let at_ms = db_now(&setup).await;
@@ -755,7 +781,7 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
                 if stalling.swap(true, Ordering::SeqCst) {
                     continue;
                 }
-                let d = rng.ms(1_000, 4_000);
+                let d = rng.ms(long.0, long.1);
                 let path = path.clone();
                 record("stall", "*", now);
                 faults.stalls += 1;
@@ -767,7 +793,7 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
                     stalling.store(false, Ordering::SeqCst);
                 }));
             }
-            (None, 20..=64) => {
+            (None, Fault::Pause) => {
                 let Some(proxy) = procs.get(victim).and_then(|p| p.proxy.clone()) else {
                     continue;
                 };
@@ -778,7 +804,7 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
                 if proxy.is_paused() {
                     continue;
                 }
-                let d = rng.ms(1_000, 4_500);
+                let d = rng.ms(long.0, long.1);
                 proxy.pause();
                 record("pause", &instance, now);
                 faults.pauses += 1;

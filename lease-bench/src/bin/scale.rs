@@ -1,0 +1,337 @@
+//! One process holding 10,000 leases at once on PostgreSQL: what their
+//! renewals cost the database and the process.
+//!
+//! ```sh
+//! cargo run --release -p lease-bench --bin scale -- postgres://postgres@127.0.0.1:5432/test
+//! ```
+//!
+//! `--leases N` (default 10,000), `--seconds S` (the measured window,
+//! default 20), `--pool N` (the store's pool, default the store's own
+//! default).
+//!
+//! 1. Claims the leases (32 at a time) through `Leases` on a
+//!    `PostgresStore` (table `lease_scale`), and holds each one
+//!    (`Handle::hold`): one renewal task per lease, a renewal every 2 s.
+//! 2. Over the window, measures the renewals' cost to the database
+//!    (statements: rows updated in the table and transactions committed in
+//!    the database, from `pg_stat_user_tables` / `pg_stat_database`; CPU of
+//!    the store's server processes, from `/proc`, found by the pool's
+//!    `application_name`) and to this process (its CPU time, from `/proc`).
+//! 3. Stops the per-lease renewals and renews the same leases the batched
+//!    way instead, one statement per renew interval for all of them
+//!    (`UPDATE ... FROM unnest($names, $holders) ... RETURNING name`: a name
+//!    missing from the answer is lost), and measures the same figures: the
+//!    design proposed for the trait, prototyped here outside it.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::error::Error;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lease::postgres::PostgresStore;
+use lease::postgres::deadpool_postgres::Pool;
+use lease::{CancellationToken, Handle, Holder, Leases};
+use lease_bench::cpu::cpu_time;
+use lease_bench::stats::{Latency, Summary};
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, sleep, sleep_until};
+
+type BoxError = Box<dyn Error + Send + Sync>;
+type BoxResult<T> = Result<T, BoxError>;
+
+const TABLE: &str = "lease_scale";
+const USAGE: &str = "usage: scale [--leases N] [--seconds S] [--pool N] postgres://...";
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("scale: no runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(scale()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scale: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// What the database and this process had spent at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    rows_updated: i64,
+    commits: i64,
+    server_cpu: Duration,
+    process_cpu: Duration,
+}
+
+struct Meter {
+    pool: Pool,
+    app: String,
+}
+
+impl Meter {
+    async fn sample(&self) -> BoxResult<Sample> {
+        let client = self.pool.get().await?;
+        // Statistics are flushed by each backend at most once a second: ask
+        // for a fresh snapshot of what has been flushed.
+        client
+            .batch_execute("SELECT pg_stat_clear_snapshot()")
+            .await?;
+        let rows_updated: i64 = client
+            .query_opt(
+                "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = $1::text",
+                &[&TABLE],
+            )
+            .await?
+            .map_or(Ok(0), |r| r.try_get(0))?;
+        let commits: i64 = client
+            .query_one(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+                &[],
+            )
+            .await?
+            .try_get(0)?;
+        let pids: Vec<i32> = client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1::text",
+                &[&self.app],
+            )
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()?;
+        let mut server_cpu = Duration::ZERO;
+        for pid in pids {
+            if let Ok(t) = cpu_time(u32::try_from(pid).ok()) {
+                server_cpu += t;
+            }
+        }
+        Ok(Sample {
+            at: Instant::now(),
+            rows_updated,
+            commits,
+            server_cpu,
+            process_cpu: cpu_time(None)?,
+        })
+    }
+}
+
+fn report(label: &str, a: &Sample, b: &Sample, renewals: Option<f64>) {
+    let secs = (b.at - a.at).as_secs_f64();
+    let per_s = |x: i64, y: i64| (y - x) as f64 / secs;
+    let pct = |x: Duration, y: Duration| 100.0 * (y.saturating_sub(x)).as_secs_f64() / secs;
+    println!("  {label} ({secs:.1} s window)");
+    if let Some(r) = renewals {
+        println!("    renewal statements sent:        {r:>10.1} /s");
+    }
+    println!(
+        "    lease rows updated (pg_stat):   {:>10.1} /s",
+        per_s(a.rows_updated, b.rows_updated)
+    );
+    println!(
+        "    commits in the database:        {:>10.1} /s  (every client of the database, the tests of others included)",
+        per_s(a.commits, b.commits)
+    );
+    println!(
+        "    CPU of the pool's server procs: {:>10.1} % of one core",
+        pct(a.server_cpu, b.server_cpu)
+    );
+    println!(
+        "    CPU of this process:            {:>10.1} % of one core",
+        pct(a.process_cpu, b.process_cpu)
+    );
+}
+
+async fn scale() -> BoxResult<()> {
+    let mut leases_n = 10_000usize;
+    let mut seconds = 20u64;
+    let mut pool_size = None;
+    let mut url = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--leases" => leases_n = it.next().ok_or(USAGE)?.parse()?,
+            "--seconds" => seconds = it.next().ok_or(USAGE)?.parse()?,
+            "--pool" => pool_size = Some(it.next().ok_or(USAGE)?.parse()?),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            s if s.starts_with("--") => return Err(format!("unknown flag {s}\n{USAGE}").into()),
+            _ => url = Some(arg),
+        }
+    }
+    let url = url.ok_or(USAGE)?;
+    let app = format!("lease-scale-{}", std::process::id());
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let mut builder =
+        PostgresStore::builder(&format!("{url}{sep}application_name={app}"))?.with_table(TABLE);
+    if let Some(size) = pool_size {
+        builder = builder.with_pool_size(size);
+    }
+    let store = builder.build()?;
+    let pool = store.pool().clone();
+    let leases = Leases::new(store);
+    leases.migrate().await?;
+    pool.get()
+        .await?
+        .batch_execute(&format!("DELETE FROM {TABLE}"))
+        .await?;
+    let meter = Meter {
+        pool: pool.clone(),
+        app,
+    };
+    let timings = *leases.timings();
+    println!(
+        "scale: {leases_n} leases held by one process on PostgreSQL (pool of {} connections), \
+         renewals every {:?}, lease {:?}",
+        pool.status().max_size,
+        timings.renew(),
+        timings.lease()
+    );
+
+    // 1. Claim and hold.
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let gate = Arc::new(Semaphore::new(32));
+    let mut claims = Vec::with_capacity(leases_n);
+    for i in 0..leases_n {
+        let leases = leases.clone();
+        let gate = gate.clone();
+        let shutdown = shutdown.clone();
+        claims.push(tokio::spawn(async move {
+            let _permit = gate.acquire_owned().await?;
+            let t = Instant::now();
+            let handle = leases
+                .claim(&format!("scale:{i}"))
+                .await?
+                .ok_or("a fresh name was refused")?;
+            let holder = handle.hold(&shutdown);
+            Ok::<_, BoxError>((handle, holder, t.elapsed()))
+        }));
+    }
+    let mut held: Vec<(Handle, Holder)> = Vec::with_capacity(leases_n);
+    let mut latencies = Vec::with_capacity(leases_n);
+    for claim in claims {
+        let (handle, holder, took) = claim.await??;
+        held.push((handle, holder));
+        latencies.push(took);
+    }
+    let claimed = Summary::of(latencies, 0, started.elapsed());
+    println!(
+        "  claimed and holding {} leases in {:.1} s ({:.0} claims/s, p50 {}, p99 {})",
+        held.len(),
+        started.elapsed().as_secs_f64(),
+        claimed.throughput,
+        Latency(claimed.p50),
+        Latency(claimed.p99)
+    );
+
+    // 2. The renewals as they are: one statement per lease per interval.
+    sleep(timings.renew() * 2).await;
+    let a = meter.sample().await?;
+    sleep(Duration::from_secs(seconds)).await;
+    let b = meter.sample().await?;
+    let lost = held.iter().filter(|(h, _)| h.lost()).count();
+    report(
+        "per-lease renewals (lease-core today)",
+        &a,
+        &b,
+        Some(held.len() as f64 / timings.renew().as_secs_f64()),
+    );
+    println!("    leases lost meanwhile:          {lost:>10}");
+
+    // 3. The same leases renewed in one statement per interval.
+    let mut names = Vec::with_capacity(held.len());
+    let mut holders = Vec::with_capacity(held.len());
+    for (handle, holder) in held {
+        holder.stop().await;
+        names.push(handle.name().to_owned());
+        holders.push(handle.holder().to_owned());
+    }
+    let sql = format!(
+        "WITH now AS MATERIALIZED (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms) \
+         UPDATE {TABLE} AS l SET expires_at_ms = now.ms + $3::bigint \
+           FROM now, unnest($1::text[], $2::text[]) AS r(name, holder) \
+          WHERE l.name = r.name AND l.holder = r.holder AND l.expires_at_ms > now.ms \
+         RETURNING l.name"
+    );
+    let lease_ms = timings.lease_ms();
+    let renewed_last = Arc::new(AtomicUsize::new(0));
+    let batch_latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = CancellationToken::new();
+    let batcher = {
+        let pool = pool.clone();
+        let renewed_last = renewed_last.clone();
+        let batch_latencies = batch_latencies.clone();
+        let stop = stop.clone();
+        let every = timings.renew();
+        tokio::spawn(async move {
+            let mut due = Instant::now();
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = sleep_until(due) => {}
+                }
+                due += every;
+                let t = Instant::now();
+                let renewed = async {
+                    let client = pool.get().await?;
+                    let stmt = client.prepare_cached(&sql).await?;
+                    let rows = client.query(&stmt, &[&names, &holders, &lease_ms]).await?;
+                    Ok::<_, BoxError>(rows.len())
+                }
+                .await;
+                match renewed {
+                    Ok(n) => {
+                        renewed_last.store(n, Ordering::SeqCst);
+                        if let Ok(mut l) = batch_latencies.lock() {
+                            l.push(t.elapsed());
+                        }
+                    }
+                    Err(e) => eprintln!("scale: batched renewal failed: {e}"),
+                }
+            }
+        })
+    };
+    sleep(timings.renew() * 2).await;
+    let a = meter.sample().await?;
+    sleep(Duration::from_secs(seconds)).await;
+    let b = meter.sample().await?;
+    stop.cancel();
+    let _ = batcher.await;
+    report(
+        "batched renewals (one statement per interval, prototype)",
+        &a,
+        &b,
+        Some(1.0 / timings.renew().as_secs_f64()),
+    );
+    let took = batch_latencies
+        .lock()
+        .map(|l| Summary::of(l.clone(), 0, Duration::from_secs(1)))
+        .ok();
+    if let Some(s) = took {
+        println!(
+            "    one statement renewing them all: p50 {}, p99 {}; {} of {leases_n} still held at the last",
+            Latency(s.p50),
+            Latency(s.p99),
+            renewed_last.load(Ordering::SeqCst)
+        );
+    }
+
+    shutdown.cancel();
+    pool.get()
+        .await?
+        .batch_execute(&format!("DELETE FROM {TABLE}"))
+        .await?;
+    Ok(())
+}
