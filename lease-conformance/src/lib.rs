@@ -4,6 +4,7 @@ pub mod cases;
 mod counting;
 mod harness;
 mod mapping;
+pub mod proxy;
 pub mod reference;
 
 pub use harness::{

@@ -18,16 +18,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-// lease-conformance's proxy, included by path until that crate declares
-// `pub mod proxy`; then this becomes `use lease_conformance::proxy::Proxy;`.
-#[path = "../../lease-conformance/src/proxy.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod proxy;
-
+use lease_conformance::proxy::Proxy;
 use lease_core::{CancellationToken, EndCause, LeaseStore, Leases, LostCause, Timings};
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
-use proxy::Proxy;
 use tokio::time::{Instant, sleep, timeout};
 
 /// Lease 4 s, renew every 200 ms, local deadline 1.5 s: a required margin of
