@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use lease_core::{LeaseStore, Leases, Timings};
 
-use crate::counting::CountingStore;
+use crate::counting::{Counter, CountingStore};
+use crate::intercept::Intercepted;
 
 /// A store factory, boxed: what [`Ctx::fresh_store`] calls.
 pub type Factory = Arc<
@@ -49,7 +50,7 @@ impl Ctx {
 
     /// How many store methods have been called so far in this case.
     pub fn statements(&self) -> u64 {
-        self.store.calls()
+        self.store.hook().calls()
     }
 
     /// A name no other case, and no other run, uses: `<prefix>:<label>`.
@@ -178,7 +179,7 @@ pub fn run_case(name: &'static str, case: CaseFn, factory: &Factory) -> Outcome 
                 panic!("migrate() failed on the fresh store: {e}");
             }
             let ctx = Ctx {
-                store: Arc::new(CountingStore::new(store)),
+                store: Arc::new(Intercepted::new(store, Counter::default())),
                 factory,
                 prefix: format!("{name}-{}", unique_suffix()),
                 instances: AtomicU64::new(0),

@@ -3,6 +3,7 @@
 pub mod cases;
 mod counting;
 mod harness;
+pub mod intercept;
 mod mapping;
 pub mod proxy;
 pub mod reference;

@@ -5,14 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{
-    BoxError, EndCause, Finished, LeaseStore, Leases, LostCause, SlotClaim, Timings, UnfinishedRow,
-};
+use lease_core::{BoxError, EndCause, Leases, LostCause, Op, Timings};
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::{claimed, ok};
 use crate::Ctx;
+use crate::intercept::{Intercept, Intercepted};
 
 /// Lease 1000 ms, renew every 100 ms, local deadline 600 ms, grace 200 ms.
 fn hold_timings() -> Timings {
@@ -139,7 +138,7 @@ pub async fn hold_ends_context_as_not_this_holders_after_takeover(ctx: Ctx) {
 /// the name is free once the lease has run out.
 pub async fn hold_steps_down_at_deadline_before_name_is_free(ctx: Ctx) {
     let timings = hold_timings();
-    let unreachable = Arc::new(Unreachable::new(ctx.store()));
+    let unreachable = Arc::new(Intercepted::new(ctx.store(), Unreachable::default()));
     let leases = Leases::from_arc(unreachable.clone())
         .with_timings(timings)
         .with_instance("conformance-unreachable-holder");
@@ -158,7 +157,7 @@ pub async fn hold_steps_down_at_deadline_before_name_is_free(ctx: Ctx) {
         early_end(context.cause())
     );
 
-    unreachable.cut();
+    unreachable.hook().cut();
     let cut = Instant::now();
     let ended = timeout(timings.deadline() * 2, context.cancelled()).await;
     assert!(
@@ -207,105 +206,26 @@ pub async fn hold_steps_down_at_deadline_before_name_is_free(ctx: Ctx) {
     );
 }
 
-/// Forwards every call to the store under test, except renewals once
+/// Lets every call through to the store under test, except renewals once
 /// [`cut`](Unreachable::cut): they then hang, as against a database that no
 /// longer answers.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Unreachable {
-    inner: Arc<dyn LeaseStore>,
     cut: AtomicBool,
 }
 
 impl Unreachable {
-    fn new(inner: Arc<dyn LeaseStore>) -> Self {
-        Unreachable {
-            inner,
-            cut: AtomicBool::new(false),
-        }
-    }
-
     fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl LeaseStore for Unreachable {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
-        self.inner.claim(name, holder, instance, lease_ms).await
-    }
-
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
-        if self.cut.load(Ordering::SeqCst) {
+impl Intercept for Unreachable {
+    async fn before(&self, op: Op) -> Result<(), BoxError> {
+        if op == Op::Renew && self.cut.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
-        self.inner.renew(name, holder, lease_ms).await
-    }
-
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        self.inner.verify(name, holder).await
-    }
-
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        self.inner.release(name, holder).await
-    }
-
-    async fn claim_slot(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        slot_ms: i64,
-        lease_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        self.inner
-            .claim_slot(name, holder, instance, slot_ms, lease_ms)
-            .await
-    }
-
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        self.inner.finish(name, holder, slot_ms, passed_ms).await
-    }
-
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        self.inner.find_unfinished(names).await
-    }
-
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
-        self.inner
-            .claim_rerun(name, term, holder, instance, lease_ms)
-            .await
-    }
-
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.inner.last_slot(name).await
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.inner.now_ms().await
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        self.inner.migrate().await
+        Ok(())
     }
 }
