@@ -5,6 +5,7 @@ mod counting;
 mod harness;
 pub mod intercept;
 mod mapping;
+pub mod network;
 pub mod proxy;
 pub mod reference;
 

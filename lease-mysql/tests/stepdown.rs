@@ -3,7 +3,8 @@
 //! proxy that stops forwarding bytes (connections stay open, statements hang,
 //! as across a network partition). The holder's store connects with
 //! `prefer_socket=false`: mysql_async would otherwise switch to the server's
-//! UNIX socket and bypass the proxy.
+//! UNIX socket and bypass the proxy. The scenarios are
+//! [`lease_conformance::network`]'s; this file only builds the stores.
 //!
 //! The margin, how long before the database would let anyone else claim the
 //! name the holder's token ended, is read by the database's clock on a direct
@@ -16,26 +17,13 @@
 )]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use lease_conformance::network;
 use lease_conformance::proxy::Proxy;
-use lease_core::{CancellationToken, EndCause, LeaseStore, Leases, LostCause, Timings};
+use lease_core::Leases;
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
-use tokio::time::{Instant, sleep, timeout};
-
-/// Lease 4 s, renew every 200 ms, local deadline 1.5 s: a required margin of
-/// 2.25 s against the 2.5 s the protocol gives, 250 ms of slack for the
-/// measurement itself on a loaded machine.
-fn timings() -> Timings {
-    Timings::builder()
-        .lease(Duration::from_millis(4_000))
-        .renew(Duration::from_millis(200))
-        .deadline(Duration::from_millis(1_500))
-        .grace(Duration::from_millis(500))
-        .build()
-        .unwrap()
-}
 
 /// A table of this test's own; the `lmc_` prefix lets the conformance
 /// suite's sweep drop it should this test die before dropping it.
@@ -50,25 +38,48 @@ fn unique_table() -> String {
     )
 }
 
-/// The `host:port` of `url`'s server, and `url` pointing at `via` instead.
-fn split_server(url: &str, via: Option<std::net::SocketAddr>) -> (String, String) {
-    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let (userinfo, hostport) = match authority.rsplit_once('@') {
-        Some((user, hp)) => (format!("{user}@"), hp),
-        None => (String::new(), authority),
-    };
-    let server = if hostport.contains(':') {
-        hostport.to_owned()
-    } else {
-        format!("{hostport}:3306")
-    };
-    let rewritten = match via {
-        Some(addr) => format!("{scheme}://{userinfo}{addr}{tail}"),
-        None => url.to_owned(),
-    };
-    (server, rewritten)
+/// A store connected to the server, one connected through a proxy (without
+/// the UNIX socket), both on one fresh table.
+struct Stores {
+    direct: MySqlStore,
+    proxied: MySqlStore,
+    proxy: Proxy,
+    table: String,
+}
+
+impl Stores {
+    async fn connect(url: &str) -> Stores {
+        let table = unique_table();
+        let direct = MySqlStore::builder()
+            .with_table(&table)
+            .with_pool_constraints(0, 4)
+            .connect(url)
+            .await
+            .expect("connect to LEASE_TEST_MYSQL_URL");
+        let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
+        let proxied = MySqlStore::builder()
+            .with_table(&table)
+            .with_pool_constraints(0, 2)
+            .with_prefer_socket(false)
+            .connect(&proxied_url)
+            .await
+            .expect("connect through the proxy");
+        Stores {
+            direct,
+            proxied,
+            proxy,
+            table,
+        }
+    }
+
+    /// Shuts the proxy down and drops the table.
+    async fn close(self) {
+        self.proxy.shutdown().await;
+        let mut conn = self.direct.pool().get_conn().await.unwrap();
+        conn.query_drop(format!("DROP TABLE IF EXISTS `{}`", self.table))
+            .await
+            .unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,110 +87,15 @@ async fn holder_steps_down_well_before_the_database_frees_the_name() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
         return;
     };
-    let timings = timings();
-    let table = unique_table();
-    let direct = MySqlStore::builder()
-        .with_table(&table)
-        .with_pool_constraints(0, 4)
-        .connect(&url)
-        .await
-        .expect("connect to LEASE_TEST_MYSQL_URL");
-    let rival = Leases::new(direct.clone()).with_instance("stepdown-rival");
-    rival.migrate().await.unwrap();
-
-    let (server, _) = split_server(&url, None);
-    let proxy = Proxy::start(server.as_str()).await.unwrap();
-    let (_, proxied_url) = split_server(&url, Some(proxy.addr()));
-    let proxied = MySqlStore::builder()
-        .with_table(&table)
-        .with_pool_constraints(0, 2)
-        .with_prefer_socket(false)
-        .connect(&proxied_url)
-        .await
-        .expect("connect through the proxy");
-    let leases = Leases::new(proxied)
-        .with_timings(timings)
-        .with_instance("stepdown-holder");
-
-    let name = "leader:stepdown";
-    let handle = leases
-        .claim(name)
-        .await
-        .unwrap()
-        .expect("a fresh table's name is free");
-    let holder = handle.hold(&CancellationToken::new());
-    // Renew through the proxy for longer than lease - deadline, so that the
-    // name is held by the renewals, not by the claim.
-    sleep(timings.lease() - timings.deadline() + Duration::from_millis(500)).await;
-    let ctx = holder.context().clone();
-    assert!(
-        !ctx.is_cancelled(),
-        "the lease ended while the proxy forwarded: {:?}",
-        ctx.cause()
-    );
-
-    proxy.pause();
-    let paused = Instant::now();
-    timeout(timings.deadline() * 2, ctx.cancelled())
-        .await
-        .expect("the holder must step down within its local deadline of losing the database");
-    let stepped_down = paused.elapsed();
-    assert_eq!(
-        ctx.cause(),
-        Some(EndCause::Lost(LostCause::DeadlineExceeded))
-    );
-    assert!(handle.lost());
-
-    // By the database's clock, on a direct connection: the expiry, then the
-    // store's own reading of the clock (read second, so the margin can only
-    // come out smaller than it is).
-    let mut conn = direct.pool().get_conn().await.unwrap();
-    let expires_at_ms: i64 = conn
-        .exec_first(
-            format!("SELECT expires_at_ms FROM `{table}` WHERE name = ?"),
-            (name,),
-        )
-        .await
-        .unwrap()
-        .expect("the lease row");
-    let now_ms = direct.now_ms().await.unwrap();
-    let margin_ms = expires_at_ms - now_ms;
-    let required = (timings.lease() - timings.deadline()).mul_f64(0.9);
-    eprintln!(
-        "MySQL/MariaDB step-down: the holder's token ended {stepped_down:?} after the proxy \
-         paused, {margin_ms} ms before the database frees the name (required: at least \
-         {required:?}; lease {:?}, local deadline {:?})",
-        timings.lease(),
-        timings.deadline()
-    );
-    assert!(
-        u128::try_from(margin_ms).is_ok_and(|m| m >= required.as_millis()),
-        "the holder stepped down only {margin_ms} ms before the database freed the name; \
-         at least {required:?} is required"
-    );
-    assert!(
-        rival.claim(name).await.unwrap().is_none(),
-        "the database must still hold the name for the old holder"
-    );
-
-    // And the database does free it, at its expiry.
-    let freed = timeout(timings.lease() * 2, async {
-        loop {
-            if let Some(successor) = rival.claim(name).await.unwrap() {
-                return successor;
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the name must be free once the lease ran out");
-    assert_eq!(freed.term(), 2);
-
-    holder.stop().await;
-    proxy.shutdown().await;
-    conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
-        .await
-        .unwrap();
+    let stores = Stores::connect(&url).await;
+    let _ = network::steps_down_before_the_name_is_free(
+        "MySQL/MariaDB",
+        Leases::new(stores.proxied.clone()),
+        Leases::new(stores.direct.clone()),
+        &stores.proxy,
+    )
+    .await;
+    stores.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,88 +103,32 @@ async fn connections_cut_under_the_holder_cost_it_nothing() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
         return;
     };
-    let timings = timings();
-    let table = unique_table();
-    let direct = MySqlStore::builder()
-        .with_table(&table)
-        .with_pool_constraints(0, 4)
-        .connect(&url)
-        .await
-        .expect("connect to LEASE_TEST_MYSQL_URL");
-    let rival = Leases::new(direct.clone()).with_instance("cut-rival");
-    rival.migrate().await.unwrap();
-
-    let (server, _) = split_server(&url, None);
-    let proxy = Proxy::start(server.as_str()).await.unwrap();
-    let (_, proxied_url) = split_server(&url, Some(proxy.addr()));
-    let proxied = MySqlStore::builder()
-        .with_table(&table)
-        .with_pool_constraints(0, 2)
-        .with_prefer_socket(false)
-        .connect(&proxied_url)
-        .await
-        .expect("connect through the proxy");
-    let leases = Leases::new(proxied)
-        .with_timings(timings)
-        .with_instance("cut-holder");
-
-    let name = "leader:cut";
-    let handle = leases
-        .claim(name)
-        .await
-        .unwrap()
-        .expect("a fresh table's name is free");
-    let holder = handle.hold(&CancellationToken::new());
-    // Every connection dropped, three times over a local deadline: the
-    // renewals that fail are tried again, on new connections.
-    let before = proxy.accepted();
-    for _ in 0..3 {
-        sleep(timings.deadline() / 3).await;
-        proxy.cut();
-    }
-    sleep(timings.deadline()).await;
-    assert!(
-        proxy.accepted() >= before + 3,
-        "the holder's store should have reconnected after each cut ({} connections before, \
-         {} after)",
-        before,
-        proxy.accepted()
-    );
-    let ctx = holder.context();
-    assert!(
-        !ctx.is_cancelled(),
-        "the holder lost its lease to connections cut under it: {:?}",
-        ctx.cause()
-    );
-    assert!(!handle.lost());
-    assert!(
-        rival.claim(name).await.unwrap().is_none(),
-        "the name must still be held"
-    );
-    holder.stop().await;
-    handle.release().await.unwrap();
-    proxy.shutdown().await;
-    let mut conn = direct.pool().get_conn().await.unwrap();
-    conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
-        .await
-        .unwrap();
+    let stores = Stores::connect(&url).await;
+    network::connections_cut_under_the_holder_cost_it_nothing(
+        Leases::new(stores.proxied.clone()),
+        Leases::new(stores.direct.clone()),
+        &stores.proxy,
+    )
+    .await;
+    stores.close().await;
 }
 
 #[test]
 fn split_server_rewrites_only_the_host_and_port() {
     let via: std::net::SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let url = "mysql://root@127.0.0.1:3306/test";
     assert_eq!(
-        split_server("mysql://root@127.0.0.1:3306/test", Some(via)),
-        (
-            "127.0.0.1:3306".to_owned(),
-            "mysql://root@127.0.0.1:40000/test".to_owned()
-        )
+        network::server_of(url, 3306).as_deref(),
+        Some("127.0.0.1:3306")
     );
     assert_eq!(
-        split_server("mariadb://u:p@db/x?prefer_socket=false", Some(via)),
-        (
-            "db:3306".to_owned(),
-            "mariadb://u:p@127.0.0.1:40000/x?prefer_socket=false".to_owned()
-        )
+        network::url_via(url, via).as_deref(),
+        Some("mysql://root@127.0.0.1:40000/test")
+    );
+    let url = "mariadb://u:p@db/x?prefer_socket=false";
+    assert_eq!(network::server_of(url, 3306).as_deref(), Some("db:3306"));
+    assert_eq!(
+        network::url_via(url, via).as_deref(),
+        Some("mariadb://u:p@127.0.0.1:40000/x?prefer_socket=false")
     );
 }
