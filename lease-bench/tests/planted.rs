@@ -36,7 +36,7 @@ fn soak(plant: &str, seconds: u32) -> String {
 
 #[test]
 fn work_outliving_its_lease_is_caught_as_overlap_and_late_step_down() {
-    let out = soak("skip-deadline", 15);
+    let out = soak("skip-deadline", 20);
     assert!(
         out.contains("overlap on") || out.contains("late step-down on"),
         "{out}"

@@ -49,17 +49,11 @@ use lease_bench::clock::DbClock;
 use lease_bench::history::{Event, StopCause, parse_history};
 use lease_bench::plant::{PhantomClaimStore, Plant};
 use lease_bench::url::{Backend, host_port, through};
-use proxy::Proxy;
+use lease_conformance::proxy::Proxy;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep, timeout};
-
-// lease-conformance's proxy, included by path until that crate declares
-// `pub mod proxy` (as lease-postgres's and lease-mysql's step-down tests do).
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../../lease-conformance/src/proxy.rs"]
-mod proxy;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 type BoxResult<T> = Result<T, BoxError>;
@@ -348,9 +342,8 @@ impl Contender {
 
         let completed = if self.plant == Plant::SkipDeadline {
             // The planted bug: the work runs its course beside the lease,
-            // whatever happens to it.
-            sleep(planned).await;
-            true
+            // whatever happens to the lease (it does stop for a shutdown).
+            self.pause(planned).await
         } else {
             let ran = holder
                 .run(move |ctx| async move {
@@ -418,8 +411,10 @@ impl Contender {
     async fn lead(self: Arc<Self>, name: String) {
         while self.pause(self.ms(50, 300)).await {
             if let Some((handle, seq)) = self.attempt(&name, &Kind::Plain).await {
+                // Planted work long enough that a lease lost under it is
+                // taken over while it still runs.
                 let planned = if self.plant == Plant::SkipDeadline {
-                    self.ms(2_000, 6_000)
+                    self.ms(6_000, 12_000)
                 } else {
                     self.ms(500, 5_000)
                 };
@@ -466,7 +461,7 @@ impl Contender {
 
     fn round_length(&self) -> Duration {
         if self.plant == Plant::SkipDeadline {
-            self.ms(2_000, 5_000)
+            self.ms(5_000, 9_000)
         } else if self.chance(10) {
             self.ms(800, 1_500)
         } else {
