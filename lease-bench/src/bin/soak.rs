@@ -869,6 +869,12 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
     let report = check::check(&events);
     print_report(&report, &faults, args);
     let violated = !report.violations.is_empty();
+    if !violated && args.history.is_none() {
+        // A clean history in the temp dir is not worth keeping (CI runs this
+        // on every push); `--history FILE` keeps it.
+        let _ = std::fs::remove_file(&history_path);
+        println!("  (clean: history removed; --history FILE keeps it)");
+    }
     if report.tenures.is_empty() {
         println!("  no tenure at all: the soak tested nothing");
         return Ok(false);
