@@ -384,6 +384,10 @@ impl Contender {
         if lost {
             return false;
         }
+        // The database reports whole milliseconds: a successor that claimed
+        // within the millisecond of the read above would tie with it, and a
+        // tie proves no order. Give the name back a little later.
+        sleep(Duration::from_millis(2)).await;
         match (slot, completed) {
             (Some(slot), true) if !matches!(kind, Kind::PlantedRerun(_)) => {
                 let passed = self
