@@ -36,26 +36,17 @@ impl Backend {
 }
 
 /// The `host:port` a server URL points at (port defaulted per backend), or
-/// `None` for a URL without a network address.
+/// `None` for a URL without a network address: lease-conformance's
+/// [`server_of`](lease_conformance::network::server_of) with the backend's
+/// default port.
 #[must_use]
 pub fn host_port(url: &str) -> Option<String> {
-    let backend = Backend::of(url)?;
-    let default_port = match backend {
+    let default_port = match Backend::of(url)? {
         Backend::Postgres => 5432,
         Backend::MySql => 3306,
         Backend::Sqlite => return None,
     };
-    let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?']).next()?;
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if hostport.is_empty() {
-        return None;
-    }
-    Some(if hostport.contains(':') {
-        hostport.to_owned()
-    } else {
-        format!("{hostport}:{default_port}")
-    })
+    lease_conformance::network::server_of(url, default_port)
 }
 
 /// `url` with its `host:port` replaced by `addr` (a proxy), and, for MySQL,
@@ -63,16 +54,9 @@ pub fn host_port(url: &str) -> Option<String> {
 #[must_use]
 pub fn through(url: &str, addr: &str) -> Option<String> {
     let backend = Backend::of(url)?;
-    let (scheme, rest) = url.split_once("://")?;
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
-    let mut out = match userinfo {
-        Some(u) => format!("{scheme}://{u}@{addr}{tail}"),
-        None => format!("{scheme}://{addr}{tail}"),
-    };
+    let mut out = lease_conformance::network::url_via(url, addr.parse().ok()?)?;
     if backend == Backend::MySql {
-        out.push(if tail.contains('?') { '&' } else { '?' });
+        out.push(if out.contains('?') { '&' } else { '?' });
         out.push_str("prefer_socket=false");
     }
     Some(out)
