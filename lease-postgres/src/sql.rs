@@ -30,13 +30,17 @@
 //! `FOR KEY SHARE`, so a guarded transaction never holds up its own
 //! holder's renewals.
 //!
-//! An `INSERT ... ON CONFLICT DO UPDATE` alone would **not** do: PostgreSQL
+//! A claim is therefore not an `INSERT ... ON CONFLICT DO UPDATE`: that
 //! locks the conflicting row with the lock mode of a plain `UPDATE` of the
-//! same columns, `FOR NO KEY UPDATE` when no key column is set, which lets a
-//! claim pass a `FOR KEY SHARE` lock. Hence the explicit `FOR UPDATE` in a
-//! common table expression, taken only on a row that is claimable
-//! (expired, and for an instant claim, an earlier instant on record): a
-//! refused claim never waits for a holder's transaction.
+//! same columns, `FOR NO KEY UPDATE`, which lets a claim pass a
+//! `FOR KEY SHARE` lock; and it locks the row even when its `WHERE` refuses
+//! the update, so claimants of a held name would queue on its row (and hold
+//! up the holder's renewals while they do). Instead each claim is one
+//! statement of three parts: the explicit `FOR UPDATE` of the row, taken
+//! only when it is claimable (expired, and for an instant claim, an earlier
+//! instant on record); the `UPDATE` of that locked row; and the insert of a
+//! name that has no row yet, `ON CONFLICT DO NOTHING`, which locks nothing.
+//! A claim refused because the name is held takes no lock at all.
 
 use crate::error::PostgresError;
 
@@ -178,17 +182,22 @@ fn claim(t: &str) -> String {
          locked AS MATERIALIZED ( \
            SELECT l.term FROM {t} AS l, now \
             WHERE l.name = $1::text AND l.expires_at_ms <= now.ms \
-              FOR UPDATE OF l) \
-         INSERT INTO {t} AS l \
-           (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) \
-         SELECT $1::text, $2::text, $3::text, 1, now.ms + $4::bigint, 0, 0, 0 \
-           FROM now LEFT JOIN locked ON true \
-         ON CONFLICT (name) DO UPDATE \
-            SET holder = EXCLUDED.holder, instance = EXCLUDED.instance, \
-                term = l.term + 1, expires_at_ms = EXCLUDED.expires_at_ms \
-          WHERE l.expires_at_ms <= (SELECT ms FROM now) \
-            AND l.term = (SELECT term FROM locked) \
-         RETURNING l.term"
+              FOR UPDATE OF l), \
+         taken AS ( \
+           UPDATE {t} AS l \
+              SET holder = $2::text, instance = $3::text, term = l.term + 1, \
+                  expires_at_ms = now.ms + $4::bigint \
+             FROM now, locked \
+            WHERE l.name = $1::text AND l.term = locked.term AND l.expires_at_ms <= now.ms \
+           RETURNING l.term), \
+         inserted AS ( \
+           INSERT INTO {t} \
+             (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) \
+           SELECT $1::text, $2::text, $3::text, 1, now.ms + $4::bigint, 0, 0, 0 FROM now \
+            WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE name = $1::text) \
+           ON CONFLICT (name) DO NOTHING \
+           RETURNING term) \
+         SELECT term FROM taken UNION ALL SELECT term FROM inserted"
     )
 }
 
@@ -249,19 +258,24 @@ fn claim_slot(t: &str) -> String {
              FROM {t} AS l, now \
             WHERE l.name = $1::text AND l.expires_at_ms <= now.ms AND l.slot_ms < $4::bigint \
               FOR UPDATE OF l), \
-         claimed AS ( \
-           INSERT INTO {t} AS l \
+         taken AS ( \
+           UPDATE {t} AS l \
+              SET holder = $2::text, instance = $3::text, term = l.term + 1, \
+                  expires_at_ms = now.ms + $5::bigint, \
+                  slot_ms = $4::bigint, unfinished_slot_ms = $4::bigint \
+             FROM now, old \
+            WHERE l.name = $1::text AND l.term = old.term \
+              AND l.expires_at_ms <= now.ms AND l.slot_ms < $4::bigint \
+           RETURNING l.term), \
+         inserted AS ( \
+           INSERT INTO {t} \
              (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) \
            SELECT $1::text, $2::text, $3::text, 1, now.ms + $5::bigint, $4::bigint, $4::bigint, 0 \
-             FROM now LEFT JOIN old ON true \
-           ON CONFLICT (name) DO UPDATE \
-              SET holder = EXCLUDED.holder, instance = EXCLUDED.instance, \
-                  term = l.term + 1, expires_at_ms = EXCLUDED.expires_at_ms, \
-                  slot_ms = EXCLUDED.slot_ms, unfinished_slot_ms = EXCLUDED.unfinished_slot_ms \
-            WHERE l.term = (SELECT term FROM old) \
-              AND l.expires_at_ms <= (SELECT ms FROM now) \
-              AND l.slot_ms < EXCLUDED.slot_ms \
-           RETURNING l.term) \
+             FROM now \
+            WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE name = $1::text) \
+           ON CONFLICT (name) DO NOTHING \
+           RETURNING term), \
+         claimed AS (SELECT term FROM taken UNION ALL SELECT term FROM inserted) \
          SELECT claimed.term, old.slot_ms, old.unfinished_slot_ms, old.rerun_slot_ms \
            FROM claimed LEFT JOIN old ON true"
     )

@@ -545,3 +545,53 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
     assert_eq!(notes(&store, &business).await, ["late write", "late write"]);
     teardown(&store, &business).await;
 }
+
+/// A claim refused because the name is held takes no row lock: rivals of a
+/// held name neither queue on its row nor hold up the holder's renewals.
+/// (An upsert would lock the row even when its `WHERE` refuses the update.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_claim_takes_no_row_lock() {
+    let Some(url) = common::url() else { return };
+    let store = common::fresh(&url).await;
+    let t = format!("\"{}\"", store.table());
+    let holder = Leases::new(store.clone());
+    let rival = Leases::new(store.clone());
+    let h = holder.claim("held").await.unwrap().unwrap();
+    let s = holder
+        .claim_slot("cron", lease_core::UtcMillis::from_millis(1_000))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // A transaction holds the rows the way a renewal in flight does.
+    let mut locker = store.pool().get().await.unwrap();
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "SELECT 1 FROM {t} WHERE name IN ('held', 'cron') FOR NO KEY UPDATE"
+    ))
+    .await
+    .unwrap();
+
+    let refused = tokio::time::timeout(Duration::from_secs(2), async {
+        (
+            rival.claim("held").await,
+            rival
+                .claim_slot("cron", lease_core::UtcMillis::from_millis(2_000))
+                .await,
+        )
+    })
+    .await
+    .expect("a refused claim waited for a row lock: it must not lock a row it will not take");
+    assert!(refused.0.unwrap().is_none(), "the name is held");
+    assert!(refused.1.unwrap().is_none(), "the name is held");
+
+    // And while a rival's refused claim runs, nothing stops the holder.
+    tx.rollback().await.unwrap();
+    drop(locker);
+    h.renew().await.unwrap();
+    s.finish(lease_core::UtcMillis::from_millis(1_000))
+        .await
+        .unwrap();
+    h.release().await.unwrap();
+    common::drop_table(&store).await;
+}
