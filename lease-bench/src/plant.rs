@@ -113,6 +113,14 @@ impl LeaseStore for PhantomClaimStore {
         self.inner.renew(name, holder, lease_ms).await
     }
 
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        self.inner.renew_many(leases, lease_ms).await
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         self.inner.verify(name, holder).await
     }

@@ -99,6 +99,15 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         self.inner.renew(name, holder, lease_ms).await
     }
 
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        self.hook.before(Op::Renew).await?;
+        self.inner.renew_many(leases, lease_ms).await
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         self.hook.before(Op::Verify).await?;
         self.inner.verify(name, holder).await

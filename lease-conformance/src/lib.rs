@@ -76,6 +76,8 @@ macro_rules! __for_each_case {
             hold_keeps_name_well_past_lease_duration,
             hold_ends_context_as_not_this_holders_after_takeover,
             hold_steps_down_at_deadline_before_name_is_free,
+            renew_many_answers_each_lease_like_renew,
+            batched_renewals_keep_every_name_and_lose_only_the_lost,
             unfinished_found_only_after_expiry,
             unfinished_found_at_once_after_release,
             finished_round_is_never_unfinished,

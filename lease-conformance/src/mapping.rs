@@ -157,4 +157,11 @@ pub static MAPPING: &[(&str, &[&str])] = &[
             "hold_steps_down_at_deadline_before_name_is_free",
         ],
     ),
+    (
+        "renewals of many leases: one batch answers each lease as renew would; batching keeps every lease's semantics",
+        &[
+            "renew_many_answers_each_lease_like_renew",
+            "batched_renewals_keep_every_name_and_lose_only_the_lost",
+        ],
+    ),
 ];

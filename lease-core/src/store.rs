@@ -84,6 +84,35 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// in one millisecond) still counts as held.
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError>;
 
+    /// Renews many leases at once: for each `(name, holder)` of `leases`, in
+    /// order, whether that holder still held the name (and so had its lease
+    /// extended by `lease_ms` from the database's now), exactly as
+    /// [`renew`](LeaseStore::renew) would answer for it.
+    ///
+    /// [`Leases::with_renewal_batching`](crate::Leases::with_renewal_batching)
+    /// sends the renewals of every lease held through one coordinator here,
+    /// gathered while the previous batch was in flight. The default renews
+    /// one lease after the other; a backend overrides it with one statement
+    /// for the whole batch where its SQL allows:
+    ///
+    /// ```sql
+    /// UPDATE t SET expires_at_ms = :now + :lease_ms
+    ///   FROM unnest(:names, :holders) AS r(name, holder)
+    ///  WHERE t.name = r.name AND t.holder = r.holder AND t.expires_at_ms > :now
+    /// RETURNING t.name, t.holder
+    /// ```
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        let mut held = Vec::with_capacity(leases.len());
+        for (name, holder) in leases {
+            held.push(self.renew(name, holder, lease_ms).await?);
+        }
+        Ok(held)
+    }
+
     /// Returns the term if `holder` still holds `name`, `None` if it does not
     /// (taken, released, or expired with no one to take it yet).
     ///
@@ -274,6 +303,14 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
         (**self).renew(name, holder, lease_ms).await
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        (**self).renew_many(leases, lease_ms).await
     }
 
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {

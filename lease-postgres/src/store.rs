@@ -529,6 +529,25 @@ impl LeaseStore for PostgresStore {
         Ok(client.execute(&stmt, &[&name, &holder, &lease_ms]).await? == 1)
     }
 
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
+        let holders: Vec<&str> = leases.iter().map(|(_, holder)| *holder).collect();
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&self.inner.sql.renew_many).await?;
+        let rows = client.query(&stmt, &[&names, &holders, &lease_ms]).await?;
+        let mut renewed = std::collections::HashSet::with_capacity(rows.len());
+        for row in &rows {
+            let name: &str = row.try_get(0)?;
+            let holder: &str = row.try_get(1)?;
+            renewed.insert((name, holder));
+        }
+        Ok(leases.iter().map(|lease| renewed.contains(lease)).collect())
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.verify).await?;

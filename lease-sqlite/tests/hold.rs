@@ -208,6 +208,18 @@ impl LeaseStore for Recording {
         result
     }
 
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        let mut held = Vec::with_capacity(leases.len());
+        for (name, holder) in leases {
+            held.push(self.renew(name, holder, lease_ms).await?);
+        }
+        Ok(held)
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         self.inner.verify(name, holder).await
     }

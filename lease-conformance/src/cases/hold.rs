@@ -229,3 +229,102 @@ impl Intercept for Unreachable {
         Ok(())
     }
 }
+
+/// `renew_many` answers for each lease exactly as `renew` would: held leases
+/// are extended, a released lease, a lease taken over and a name never
+/// claimed are not.
+pub async fn renew_many_answers_each_lease_like_renew(ctx: Ctx) {
+    let short = ctx.short_leases();
+    let rival = ctx.leases();
+    let (a, b, released, taken, never) = (
+        ctx.name("a"),
+        ctx.name("b"),
+        ctx.name("released"),
+        ctx.name("taken"),
+        ctx.name("never"),
+    );
+    let ha = claimed(&short, &a, "no row exists for it yet").await;
+    let hb = claimed(&short, &b, "no row exists for it yet").await;
+    let hr = claimed(&short, &released, "no row exists for it yet").await;
+    ok(hr.release().await, "release");
+    let ht = claimed(&short, &taken, "no row exists for it yet").await;
+    ok(ht.release().await, "release");
+    let _successor = claimed(&rival, &taken, "it was released").await;
+    let batch = [
+        (a.as_str(), ha.holder()),
+        (released.as_str(), hr.holder()),
+        (b.as_str(), hb.holder()),
+        (taken.as_str(), ht.holder()),
+        (never.as_str(), "0123456789abcdef0123456789abcdef"),
+    ];
+    let store = ctx.store();
+    let lease_ms = rival.timings().lease_ms();
+    let held = match store.renew_many(&batch, lease_ms).await {
+        Ok(held) => held,
+        Err(e) => panic!("renew_many failed: {e}"),
+    };
+    assert_eq!(
+        held,
+        [true, false, true, false, false],
+        "renew_many must answer, in order, whether each (name, holder) was still held: \
+         match name, holder and expires_at_ms > now, as renew does"
+    );
+    ctx.sleep_past_short_lease().await;
+    for (name, h) in [(&a, &ha), (&b, &hb)] {
+        assert!(
+            ok(rival.claim(name).await, "a rival's claim").is_none(),
+            "{name:?} was free after its short lease although renew_many extended it by \
+             {lease_ms} ms from the database's now"
+        );
+        ok(h.verify().await, "verify after renew_many");
+    }
+}
+
+/// With renewal batching, holding many leases keeps every name, and a lease
+/// lost behind its holder's back ends that holder's context alone.
+pub async fn batched_renewals_keep_every_name_and_lose_only_the_lost(ctx: Ctx) {
+    let timings = hold_timings();
+    let leases = ctx.leases_with(timings).with_renewal_batching(true);
+    let rival = ctx.leases();
+    let parent = CancellationToken::new();
+    let mut held = Vec::new();
+    for i in 0..12 {
+        let name = ctx.name(&format!("batched-{i}"));
+        let h = claimed(&leases, &name, "no row exists for it yet").await;
+        let holder = h.hold(&parent);
+        held.push((name, h, holder));
+    }
+    // One lease given up behind its holder's back.
+    let (_, gone, gone_holder) = held.remove(5);
+    ok(gone.release().await, "release behind the holder's back");
+    let start = Instant::now();
+    while start.elapsed() < timings.lease() * 3 {
+        sleep(Duration::from_millis(150)).await;
+        for (name, _, holder) in &held {
+            let context = holder.context();
+            assert!(
+                !context.is_cancelled(),
+                "a batched holder of {name:?} lost its context {:?} after the claims ({:?}): {}",
+                start.elapsed(),
+                context.cause(),
+                early_end(context.cause())
+            );
+        }
+    }
+    assert_eq!(
+        gone_holder.context().cause(),
+        Some(EndCause::Lost(LostCause::NotHolder)),
+        "the lease released behind its holder's back must end its context as no longer \
+         this holder's: renew_many must answer false for it"
+    );
+    assert!(gone.lost());
+    for (name, h, holder) in held {
+        assert!(
+            ok(rival.claim(&name).await, "a rival's claim").is_none(),
+            "a rival claimed {name:?} while its holder renewed it in batches"
+        );
+        holder.stop().await;
+        ok(h.release().await, "release");
+    }
+    gone_holder.stop().await;
+}
