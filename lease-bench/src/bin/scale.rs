@@ -18,16 +18,15 @@
 //!    the database, from `pg_stat_user_tables` / `pg_stat_database`; CPU of
 //!    the store's server processes, from `/proc`, found by the pool's
 //!    `application_name`) and to this process (its CPU time, from `/proc`).
-//! 3. Stops the per-lease renewals and renews the leases still held the batched
-//!    way instead, one statement per renew interval for all of them
-//!    (`UPDATE ... FROM unnest($names, $holders) ... RETURNING name`: a name
-//!    missing from the answer is lost), and measures the same figures: the
-//!    design proposed for the trait, prototyped here outside it.
+//! 3. Releases them, claims them again through the same coordinator with
+//!    [`Leases::with_renewal_batching`], holds them, and measures the same
+//!    figures: renewals gathered into `LeaseStore::renew_many` batches, one
+//!    `UPDATE ... FROM unnest($names, $holders) ... RETURNING` statement each
+//!    on PostgreSQL.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::error::Error;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lease::postgres::PostgresStore;
@@ -36,7 +35,7 @@ use lease::{CancellationToken, Handle, Holder, Leases};
 use lease_bench::cpu::cpu_time;
 use lease_bench::stats::{Latency, Summary};
 use tokio::sync::Semaphore;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 type BoxResult<T> = Result<T, BoxError>;
@@ -132,7 +131,7 @@ fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64) {
     let pct = |x: Duration, y: Duration| 100.0 * (y.saturating_sub(x)).as_secs_f64() / secs;
     let rows = per_s(a.rows_updated, b.rows_updated);
     println!("  {label} ({secs:.1} s window)");
-    println!("    renewal statements the protocol asks for: {demanded:>9.1} /s");
+    println!("    lease renewals the protocol asks for:     {demanded:>9.1} /s");
     println!("    lease rows renewed (pg_stat_user_tables): {rows:>9.1} /s");
     if rows > 0.0 {
         println!(
@@ -152,6 +151,74 @@ fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64) {
         "    CPU of this process:                      {:>9.1} % of one core",
         pct(a.process_cpu, b.process_cpu)
     );
+}
+
+/// Claims `n` leases through `leases` (32 at a time) and holds each one,
+/// measures what their renewals cost over `seconds`, then stops and
+/// releases them all.
+async fn hold_and_measure(
+    leases: &Leases,
+    n: usize,
+    seconds: u64,
+    meter: &Meter,
+    label: &str,
+) -> BoxResult<()> {
+    let timings = *leases.timings();
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let gate = Arc::new(Semaphore::new(32));
+    let mut claims = Vec::with_capacity(n);
+    for i in 0..n {
+        let leases = leases.clone();
+        let gate = gate.clone();
+        let shutdown = shutdown.clone();
+        claims.push(tokio::spawn(async move {
+            let _permit = gate.acquire_owned().await?;
+            let t = Instant::now();
+            let handle = leases
+                .claim(&format!("scale:{i}"))
+                .await?
+                .ok_or("a free name was refused")?;
+            let holder = handle.hold(&shutdown);
+            Ok::<_, BoxError>((handle, holder, t.elapsed()))
+        }));
+    }
+    let mut held: Vec<(Handle, Holder)> = Vec::with_capacity(n);
+    let mut latencies = Vec::with_capacity(n);
+    for claim in claims {
+        let (handle, holder, took) = claim.await??;
+        held.push((handle, holder));
+        latencies.push(took);
+    }
+    let claimed = Summary::of(latencies, 0, started.elapsed());
+    println!(
+        "  {label}: claimed and holding {} leases in {:.1} s ({:.0} claims/s, p50 {}, p99 {})",
+        held.len(),
+        started.elapsed().as_secs_f64(),
+        claimed.throughput,
+        Latency(claimed.p50),
+        Latency(claimed.p99)
+    );
+    sleep(timings.renew() * 2).await;
+    let a = meter.sample().await?;
+    sleep(Duration::from_secs(seconds)).await;
+    let b = meter.sample().await?;
+    let lost = held.iter().filter(|(h, _)| h.lost()).count();
+    report(
+        label,
+        &a,
+        &b,
+        held.len(),
+        held.len() as f64 / timings.renew().as_secs_f64(),
+    );
+    println!("    leases lost meanwhile:                    {lost:>9}");
+    for (handle, holder) in held {
+        holder.stop().await;
+        if !handle.lost() {
+            handle.release().await?;
+        }
+    }
+    Ok(())
 }
 
 async fn scale() -> BoxResult<()> {
@@ -203,142 +270,20 @@ async fn scale() -> BoxResult<()> {
         timings.lease()
     );
 
-    // 1. Claim and hold.
-    let shutdown = CancellationToken::new();
-    let started = Instant::now();
-    let gate = Arc::new(Semaphore::new(32));
-    let mut claims = Vec::with_capacity(leases_n);
-    for i in 0..leases_n {
-        let leases = leases.clone();
-        let gate = gate.clone();
-        let shutdown = shutdown.clone();
-        claims.push(tokio::spawn(async move {
-            let _permit = gate.acquire_owned().await?;
-            let t = Instant::now();
-            let handle = leases
-                .claim(&format!("scale:{i}"))
-                .await?
-                .ok_or("a fresh name was refused")?;
-            let holder = handle.hold(&shutdown);
-            Ok::<_, BoxError>((handle, holder, t.elapsed()))
-        }));
-    }
-    let mut held: Vec<(Handle, Holder)> = Vec::with_capacity(leases_n);
-    let mut latencies = Vec::with_capacity(leases_n);
-    for claim in claims {
-        let (handle, holder, took) = claim.await??;
-        held.push((handle, holder));
-        latencies.push(took);
-    }
-    let claimed = Summary::of(latencies, 0, started.elapsed());
-    println!(
-        "  claimed and holding {} leases in {:.1} s ({:.0} claims/s, p50 {}, p99 {})",
-        held.len(),
-        started.elapsed().as_secs_f64(),
-        claimed.throughput,
-        Latency(claimed.p50),
-        Latency(claimed.p99)
-    );
+    // 1 and 2: one renewal statement per lease per interval.
+    let per_lease = leases.clone();
+    hold_and_measure(&per_lease, leases_n, seconds, &meter, "per-lease renewals").await?;
+    // 3: the same, with the renewals gathered into batches.
+    let batched = leases.with_renewal_batching(true);
+    hold_and_measure(
+        &batched,
+        leases_n,
+        seconds,
+        &meter,
+        "batched renewals (Leases::with_renewal_batching)",
+    )
+    .await?;
 
-    // 2. The renewals as they are: one statement per lease per interval.
-    sleep(timings.renew() * 2).await;
-    let a = meter.sample().await?;
-    sleep(Duration::from_secs(seconds)).await;
-    let b = meter.sample().await?;
-    let lost = held.iter().filter(|(h, _)| h.lost()).count();
-    report(
-        "per-lease renewals (lease-core today)",
-        &a,
-        &b,
-        held.len(),
-        held.len() as f64 / timings.renew().as_secs_f64(),
-    );
-    println!("    leases lost meanwhile:                    {lost:>9}");
-
-    // 3. The same leases renewed in one statement per interval.
-    // The leases still held (a lost one stays lost), renewed the new way.
-    let mut names = Vec::with_capacity(held.len());
-    let mut holders = Vec::with_capacity(held.len());
-    for (handle, holder) in held {
-        holder.stop().await;
-        if !handle.lost() {
-            names.push(handle.name().to_owned());
-            holders.push(handle.holder().to_owned());
-        }
-    }
-    let batched_n = names.len();
-    let sql = format!(
-        "WITH now AS MATERIALIZED (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms) \
-         UPDATE {TABLE} AS l SET expires_at_ms = now.ms + $3::bigint \
-           FROM now, unnest($1::text[], $2::text[]) AS r(name, holder) \
-          WHERE l.name = r.name AND l.holder = r.holder AND l.expires_at_ms > now.ms \
-         RETURNING l.name"
-    );
-    let lease_ms = timings.lease_ms();
-    let renewed_last = Arc::new(AtomicUsize::new(0));
-    let batch_latencies = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let stop = CancellationToken::new();
-    let batcher = {
-        let pool = pool.clone();
-        let renewed_last = renewed_last.clone();
-        let batch_latencies = batch_latencies.clone();
-        let stop = stop.clone();
-        let every = timings.renew();
-        tokio::spawn(async move {
-            let mut due = Instant::now();
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = sleep_until(due) => {}
-                }
-                due += every;
-                let t = Instant::now();
-                let renewed = async {
-                    let client = pool.get().await?;
-                    let stmt = client.prepare_cached(&sql).await?;
-                    let rows = client.query(&stmt, &[&names, &holders, &lease_ms]).await?;
-                    Ok::<_, BoxError>(rows.len())
-                }
-                .await;
-                match renewed {
-                    Ok(n) => {
-                        renewed_last.store(n, Ordering::SeqCst);
-                        if let Ok(mut l) = batch_latencies.lock() {
-                            l.push(t.elapsed());
-                        }
-                    }
-                    Err(e) => eprintln!("scale: batched renewal failed: {e}"),
-                }
-            }
-        })
-    };
-    sleep(timings.renew() * 2).await;
-    let a = meter.sample().await?;
-    sleep(Duration::from_secs(seconds)).await;
-    let b = meter.sample().await?;
-    stop.cancel();
-    let _ = batcher.await;
-    report(
-        "batched renewals (one statement per interval, prototype)",
-        &a,
-        &b,
-        batched_n,
-        1.0 / timings.renew().as_secs_f64(),
-    );
-    let took = batch_latencies
-        .lock()
-        .map(|l| Summary::of(l.clone(), 0, Duration::from_secs(1)))
-        .ok();
-    if let Some(s) = took {
-        println!(
-            "    one statement renewing them all: p50 {}, p99 {}; {} of {batched_n} still held at the last",
-            Latency(s.p50),
-            Latency(s.p99),
-            renewed_last.load(Ordering::SeqCst)
-        );
-    }
-
-    shutdown.cancel();
     pool.get()
         .await?
         .batch_execute(&format!("DROP TABLE IF EXISTS {TABLE}"))
