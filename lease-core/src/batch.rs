@@ -2,10 +2,11 @@
 //!
 //! Every renewal of a coordinator built with
 //! [`Leases::with_renewal_batching`](crate::Leases::with_renewal_batching)
-//! goes to one task, which sends the renewals queued while its previous batch
-//! was in flight as one [`LeaseStore::renew_many`] call, the way a database
-//! commits a group. Nothing waits for a batch to fill: a lone renewal goes at
-//! once. Each lease keeps its own semantics: its attempt starts when it is
+//! goes to one task, which gathers the renewals queued within a short window
+//! after the first (a fortieth of the renew interval, at most 50 ms: 50 ms
+//! with the default 2 s) and those queued while its previous batch was in
+//! flight, and sends them as one [`LeaseStore::renew_many`] call, the way a
+//! database commits a group. Each lease keeps its own semantics: its attempt starts when it is
 //! queued (so its deadline, counted from the start of its last successful
 //! attempt, can only come earlier than the database's expiry, never later),
 //! it is bounded by its own timeout, and it is lost exactly when the batch's
@@ -21,6 +22,15 @@ use crate::store::LeaseStore;
 
 /// The most renewals one statement carries.
 const MAX_BATCH: usize = 1_000;
+
+/// The longest a renewal waits for others to join its batch.
+const MAX_WINDOW: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long a renewal waits for others to join its batch, for a renew
+/// interval of `renew`: a fortieth of it, at most [`MAX_WINDOW`].
+pub(crate) fn window(renew: std::time::Duration) -> std::time::Duration {
+    (renew / 40).min(MAX_WINDOW)
+}
 
 type Reply = Result<bool, SharedError>;
 
@@ -43,15 +53,16 @@ impl fmt::Debug for Batcher {
 }
 
 impl Batcher {
-    /// Starts the task that sends batches to `store`, each bounded by
-    /// `bound`, renewing by `lease_ms`.
+    /// Starts the task that sends batches to `store`, gathering each for
+    /// `window`, each bounded by `bound`, renewing by `lease_ms`.
     pub(crate) fn start(
         store: Arc<dyn LeaseStore>,
         lease_ms: i64,
+        window: std::time::Duration,
         bound: std::time::Duration,
     ) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
-        tokio::spawn(send_batches(store, lease_ms, bound, requests));
+        tokio::spawn(send_batches(store, lease_ms, window, bound, requests));
         Batcher { queue }
     }
 
@@ -77,10 +88,14 @@ impl Batcher {
 async fn send_batches(
     store: Arc<dyn LeaseStore>,
     lease_ms: i64,
+    window: std::time::Duration,
     bound: std::time::Duration,
     mut requests: mpsc::UnboundedReceiver<Request>,
 ) {
     while let Some(first) = requests.recv().await {
+        if !window.is_zero() {
+            tokio::time::sleep(window).await;
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match requests.try_recv() {
