@@ -169,3 +169,83 @@ impl std::error::Error for SharedError {
         self.0.source()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{Instant, sleep};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::Leases;
+    use crate::testing::{ScriptedStore, Step, ms, timings};
+
+    #[test]
+    fn the_window_is_a_fortieth_of_the_renew_interval_at_most_50_ms() {
+        assert_eq!(window(ms(100)), Duration::from_micros(2_500));
+        assert_eq!(window(ms(2_000)), ms(50));
+        assert_eq!(window(ms(10_000)), ms(50));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_due_together_go_in_one_batch_and_keep_their_cadence() {
+        let store = ScriptedStore::default();
+        let leases = Leases::new(store.clone())
+            .with_timings(timings())
+            .with_renewal_batching(true);
+        let t0 = Instant::now();
+        let parent = CancellationToken::new();
+        let mut held = Vec::new();
+        for i in 0..10 {
+            let h = leases.claim(&format!("n{i}")).await.unwrap().unwrap();
+            let holder = h.hold(&parent);
+            held.push((h, holder));
+        }
+        sleep(ms(350)).await;
+        for (h, holder) in held {
+            holder.stop().await;
+            assert!(!h.lost(), "{} was lost", h.name());
+        }
+        assert_eq!(
+            store.batches(),
+            [10, 10, 10],
+            "the ten renewals due at 100, 200 and 300 ms go as one batch each"
+        );
+        // Each renewal is sent once the window (2.5 ms, which tokio's timer
+        // rounds up to the millisecond) has gathered the batch.
+        let starts = store.starts(t0);
+        assert_eq!(starts.len(), 30);
+        for (i, start) in starts.iter().enumerate() {
+            let round = u64::try_from(i / 10).unwrap() + 1;
+            assert!(
+                (round * 100 + 2..=round * 100 + 3).contains(start),
+                "renewal {i} sent at {start} ms, due at {} ms",
+                round * 100
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_the_batch_finds_gone_is_lost_alone() {
+        // The second renewal of the first batch reports the lease gone.
+        let store = ScriptedStore::new([Step::Renew, Step::Gone]);
+        let leases = Leases::new(store.clone())
+            .with_timings(timings())
+            .with_renewal_batching(true);
+        let parent = CancellationToken::new();
+        let a = leases.claim("a").await.unwrap().unwrap();
+        let b = leases.claim("b").await.unwrap().unwrap();
+        let (ha, hb) = (a.hold(&parent), b.hold(&parent));
+        sleep(ms(350)).await;
+        assert!(!a.lost(), "the first lease was renewed");
+        assert!(
+            b.lost(),
+            "the batch answered that the second lease was gone"
+        );
+        assert!(!ha.context().is_cancelled());
+        ha.stop().await;
+        hb.stop().await;
+        assert_eq!(store.batches()[0], 2);
+    }
+}

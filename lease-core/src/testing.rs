@@ -55,6 +55,8 @@ struct Inner {
     /// start, and end with outcome once it ended.
     attempts: Vec<(Instant, Option<(Instant, Outcome)>)>,
     releases: usize,
+    /// The size of each `renew_many` batch.
+    batches: Vec<usize>,
 }
 
 /// A store whose renewals play a script (renewed once the script runs out).
@@ -98,6 +100,11 @@ impl ScriptedStore {
             .iter()
             .map(|&(start, _)| u64::try_from((start - since).as_millis()).unwrap())
             .collect()
+    }
+
+    /// The size of each batch `renew_many` was called with.
+    pub(crate) fn batches(&self) -> Vec<usize> {
+        self.inner.lock().unwrap().batches.clone()
     }
 
     pub(crate) fn releases(&self) -> usize {
@@ -158,6 +165,19 @@ impl LeaseStore for ScriptedStore {
                 Step::Hang => pending::<()>().await,
             }
         }
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        self.inner.lock().unwrap().batches.push(leases.len());
+        let mut held = Vec::with_capacity(leases.len());
+        for (name, holder) in leases {
+            held.push(self.renew(name, holder, lease_ms).await?);
+        }
+        Ok(held)
     }
 
     async fn verify(&self, _: &str, _: &str) -> Result<Option<u64>, BoxError> {
