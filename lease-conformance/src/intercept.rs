@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseStore, Op, SlotClaim, UnfinishedRow};
+use lease_core::{BoxError, Finished, LeaseInfo, LeaseStore, Op, SlotClaim, UnfinishedRow};
 
 /// What an [`Intercepted`] store does before each call it forwards.
 #[async_trait]
@@ -165,6 +165,16 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         self.hook.before(Op::LastSlot).await?;
         self.inner.last_slot(name).await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        self.hook.before(Op::Get).await?;
+        self.inner.get(name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
+        self.hook.before(Op::List).await?;
+        self.inner.list(prefix, limit).await
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {

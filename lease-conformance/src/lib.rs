@@ -88,7 +88,13 @@ macro_rules! __for_each_case {
             rerun_refused_after_first_round_recorded_finished,
             rerun_refused_after_later_instant_claimed,
             rerun_refused_while_name_held,
-            rerun_round_finishes_like_any_other
+            rerun_round_finishes_like_any_other,
+            get_of_never_claimed_name_is_none,
+            get_of_held_lease_reads_instance_term_and_time_left,
+            get_of_expired_lease_is_not_held,
+            get_of_released_lease_reads_released,
+            get_after_takeover_names_the_successor,
+            list_reads_names_with_prefix_in_byte_order_up_to_limit
         }
     };
 }

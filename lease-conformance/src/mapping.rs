@@ -164,4 +164,15 @@ pub static MAPPING: &[(&str, &[&str])] = &[
             "batched_renewals_keep_every_name_and_lose_only_the_lost",
         ],
     ),
+    (
+        "reading leases (Rust addition): one row, or rows by prefix, by the database's clock, in one statement, no token",
+        &[
+            "get_of_never_claimed_name_is_none",
+            "get_of_held_lease_reads_instance_term_and_time_left",
+            "get_of_expired_lease_is_not_held",
+            "get_of_released_lease_reads_released",
+            "get_after_takeover_names_the_successor",
+            "list_reads_names_with_prefix_in_byte_order_up_to_limit",
+        ],
+    ),
 ];

@@ -11,7 +11,9 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
+use lease_core::{
+    BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+};
 
 /// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +59,13 @@ pub enum Fault {
     RerunNotRecorded,
     /// migrate fails when the table exists already.
     MigrateNotIdempotent,
+    /// A claim over an existing row leaves its instance as it was.
+    InstanceNotRecorded,
+    /// get and list read the row without the database's now (0), so an
+    /// expired lease reads as held.
+    InfoWithoutClock,
+    /// list ignores the prefix and the limit.
+    ListIgnoresPrefix,
 }
 
 impl Fault {
@@ -157,12 +166,28 @@ impl Fault {
             Fault::MigrateNotIdempotent,
             &["migrate_again_keeps_existing_leases"],
         ),
+        (
+            Fault::InstanceNotRecorded,
+            &["get_after_takeover_names_the_successor"],
+        ),
+        (
+            Fault::InfoWithoutClock,
+            &[
+                "get_of_expired_lease_is_not_held",
+                "get_of_held_lease_reads_instance_term_and_time_left",
+            ],
+        ),
+        (
+            Fault::ListIgnoresPrefix,
+            &["list_reads_names_with_prefix_in_byte_order_up_to_limit"],
+        ),
     ];
 }
 
 #[derive(Debug, Clone)]
 struct Row {
     holder: String,
+    instance: String,
     term: u64,
     expires_at_ms: i64,
     slot_ms: i64,
@@ -234,6 +259,23 @@ impl MemoryStore {
         f(&mut table)
     }
 
+    fn info(&self, name: &str, row: &Row) -> LeaseInfo {
+        LeaseInfo {
+            name: name.to_owned(),
+            instance: row.instance.clone(),
+            term: row.term,
+            expires_at_ms: row.expires_at_ms,
+            now_ms: if self.has(Fault::InfoWithoutClock) {
+                0
+            } else {
+                self.now()
+            },
+            slot_ms: row.slot_ms,
+            unfinished_slot_ms: row.unfinished_slot_ms,
+            rerun_slot_ms: row.rerun_slot_ms,
+        }
+    }
+
     fn next_term(&self, term: u64) -> u64 {
         if self.has(Fault::FrozenTerm) {
             1
@@ -242,9 +284,10 @@ impl MemoryStore {
         }
     }
 
-    fn new_row(holder: &str, expires_at_ms: i64, slot_ms: i64) -> Row {
+    fn new_row(holder: &str, instance: &str, expires_at_ms: i64, slot_ms: i64) -> Row {
         Row {
             holder: holder.to_owned(),
+            instance: instance.to_owned(),
             term: 1,
             expires_at_ms,
             slot_ms,
@@ -260,7 +303,7 @@ impl LeaseStore for MemoryStore {
         &self,
         name: &str,
         holder: &str,
-        _instance: &str,
+        instance: &str,
         lease_ms: i64,
     ) -> Result<Option<u64>, BoxError> {
         let key = self.key(name);
@@ -279,8 +322,11 @@ impl LeaseStore for MemoryStore {
                 let row = t
                     .rows
                     .entry(key.clone())
-                    .or_insert_with(|| Self::new_row(holder, now + lease_ms, 0));
+                    .or_insert_with(|| Self::new_row(holder, instance, now + lease_ms, 0));
                 row.holder = holder.to_owned();
+                if !self.has(Fault::InstanceNotRecorded) {
+                    row.instance = instance.to_owned();
+                }
                 row.term = term;
                 row.expires_at_ms = now + lease_ms;
                 Ok(Some(term))
@@ -290,11 +336,15 @@ impl LeaseStore for MemoryStore {
             let now = self.now();
             match t.rows.get_mut(&key) {
                 None => {
-                    t.rows.insert(key, Self::new_row(holder, now + lease_ms, 0));
+                    t.rows
+                        .insert(key, Self::new_row(holder, instance, now + lease_ms, 0));
                     Ok(Some(1))
                 }
                 Some(row) if row.expires_at_ms <= now || self.has(Fault::IgnoresExpiry) => {
                     row.holder = holder.to_owned();
+                    if !self.has(Fault::InstanceNotRecorded) {
+                        row.instance = instance.to_owned();
+                    }
                     row.term = self.next_term(row.term);
                     row.expires_at_ms = now + lease_ms;
                     Ok(Some(row.term))
@@ -349,7 +399,7 @@ impl LeaseStore for MemoryStore {
         &self,
         name: &str,
         holder: &str,
-        _instance: &str,
+        instance: &str,
         slot_ms: i64,
         lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
@@ -357,8 +407,10 @@ impl LeaseStore for MemoryStore {
             let now = self.now();
             let key = self.key(name);
             let Some(row) = t.rows.get_mut(&key) else {
-                t.rows
-                    .insert(key, Self::new_row(holder, now + lease_ms, slot_ms));
+                t.rows.insert(
+                    key,
+                    Self::new_row(holder, instance, now + lease_ms, slot_ms),
+                );
                 return Ok(SlotClaim::Claimed {
                     term: 1,
                     superseded: None,
@@ -376,6 +428,9 @@ impl LeaseStore for MemoryStore {
                 rerun: row.rerun_slot_ms == row.slot_ms,
             });
             row.holder = holder.to_owned();
+            if !self.has(Fault::InstanceNotRecorded) {
+                row.instance = instance.to_owned();
+            }
             row.term = self.next_term(row.term);
             row.expires_at_ms = now + lease_ms;
             row.slot_ms = slot_ms;
@@ -445,7 +500,7 @@ impl LeaseStore for MemoryStore {
         name: &str,
         term: u64,
         holder: &str,
-        _instance: &str,
+        instance: &str,
         lease_ms: i64,
     ) -> Result<bool, BoxError> {
         self.with(|t| {
@@ -458,6 +513,9 @@ impl LeaseStore for MemoryStore {
                         && row.expires_at_ms <= now =>
                 {
                     row.holder = holder.to_owned();
+                    if !self.has(Fault::InstanceNotRecorded) {
+                        row.instance = instance.to_owned();
+                    }
                     row.term = self.next_term(row.term);
                     row.expires_at_ms = now + lease_ms;
                     if !self.has(Fault::RerunNotRecorded) {
@@ -472,6 +530,25 @@ impl LeaseStore for MemoryStore {
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         self.with(|t| Ok(t.rows.get(&self.key(name)).map(|row| row.slot_ms)))
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        let key = self.key(name);
+        self.with(|t| Ok(t.rows.get(&key).map(|row| self.info(&key, row))))
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
+        self.with(|t| {
+            let mut names: Vec<&String> = t.rows.keys().collect();
+            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            let ignore = self.has(Fault::ListIgnoresPrefix);
+            Ok(names
+                .into_iter()
+                .filter(|name| ignore || name.starts_with(prefix))
+                .take(if ignore { usize::MAX } else { limit as usize })
+                .map(|name| self.info(name, &t.rows[name]))
+                .collect())
+        })
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {

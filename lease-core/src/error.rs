@@ -216,6 +216,10 @@ pub enum Op {
     Now,
     /// Creating the lease table.
     Migrate,
+    /// Reading one lease.
+    Get,
+    /// Listing leases.
+    List,
 }
 
 impl fmt::Display for Op {
@@ -232,6 +236,8 @@ impl fmt::Display for Op {
             Op::LastSlot => "last-instant read",
             Op::Now => "clock read",
             Op::Migrate => "table creation",
+            Op::Get => "read",
+            Op::List => "listing",
         })
     }
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::batch::Batcher;
 use crate::error::{BoxError, Error, LostCause, Op, Result};
+use crate::info::LeaseInfo;
 use crate::name::validate_name;
 use crate::run::FailHook;
 use crate::store::{Finished, LeaseStore, SlotClaim};
@@ -468,6 +469,50 @@ impl Leases {
             .bounded(Op::LastSlot, Some(name), self.shared.store.last_slot(name))
             .await?;
         Ok(slot.filter(|&ms| ms != 0).map(UtcMillis::from_millis))
+    }
+
+    /// Reads `name`'s lease as the database sees it now: who holds it (the
+    /// instance, never the token), the term, the time left by the database's
+    /// clock and the scheduler's instants; `None` when the name was never
+    /// claimed. One statement.
+    ///
+    /// ```
+    /// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+    /// if let Some(info) = leases.get("leader:billing").await? {
+    ///     println!("{info}"); // "leader:billing" held by "web-2" (term 7, 13.2s left)
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL; [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn get(&self, name: &str) -> Result<Option<LeaseInfo>> {
+        validate_name(name)?;
+        self.bounded(Op::Get, Some(name), self.shared.store.get(name))
+            .await
+    }
+
+    /// Reads the leases whose name starts with `prefix` (all of them for
+    /// `""`), ordered by name, at most `limit`, as [`get`](Leases::get) reads
+    /// one. One statement.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] or [`Error::Timeout`] when the database does not
+    /// answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>> {
+        self.bounded(Op::List, None, self.shared.store.list(prefix, limit))
+            .await
     }
 
     fn handle(

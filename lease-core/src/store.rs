@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::BoxError;
+use crate::info::LeaseInfo;
 
 /// The protocol's statements, implemented once per database.
 ///
@@ -226,6 +227,29 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// ```
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError>;
 
+    /// Reads `name`'s row with the database's clock, or `None` when the name
+    /// was never claimed. One round trip; the holder token is not read.
+    ///
+    /// ```sql
+    /// SELECT name, instance, term, expires_at_ms, :now,
+    ///        slot_ms, unfinished_slot_ms, rerun_slot_ms
+    ///   FROM t WHERE name = :name
+    /// ```
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError>;
+
+    /// Reads the rows whose name starts with `prefix` (every row for `""`),
+    /// ordered by name byte by byte, at most `limit` of them, with the
+    /// database's clock, in one round trip. The holder token is not read.
+    ///
+    /// ```sql
+    /// SELECT name, instance, term, expires_at_ms, :now,
+    ///        slot_ms, unfinished_slot_ms, rerun_slot_ms
+    ///   FROM t WHERE name >= :prefix ORDER BY name LIMIT :limit
+    /// -- keeping the rows that start with :prefix (they come first, in a
+    /// -- byte-wise order), or any equivalent statement
+    /// ```
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError>;
+
     /// The database's clock: UTC milliseconds since the UNIX epoch, read
     /// without going through any session time zone.
     async fn now_ms(&self) -> Result<i64, BoxError>;
@@ -363,6 +387,14 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         (**self).last_slot(name).await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        (**self).get(name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
+        (**self).list(prefix, limit).await
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {

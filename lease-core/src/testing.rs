@@ -223,6 +223,14 @@ impl LeaseStore for ScriptedStore {
         Err("not scripted".into())
     }
 
+    async fn get(&self, _: &str) -> Result<Option<crate::LeaseInfo>, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn list(&self, _: &str, _: u32) -> Result<Vec<crate::LeaseInfo>, BoxError> {
+        Err("not scripted".into())
+    }
+
     async fn now_ms(&self) -> Result<i64, BoxError> {
         Err("not scripted".into())
     }

@@ -157,6 +157,29 @@ pub(crate) const CLAIM_RERUN: &str = concat!(
 /// The last instant on record.
 pub(crate) const LAST_SLOT: &str = "SELECT slot_ms FROM {table} WHERE name = :name";
 
+/// The columns `get` and `list` read, the database's now fifth (never the
+/// holder token).
+macro_rules! info_columns {
+    () => {
+        concat!(
+            "SELECT name, instance, term, expires_at_ms, ",
+            now_ms!(),
+            ", slot_ms, unfinished_slot_ms, rerun_slot_ms FROM {table} "
+        )
+    };
+}
+
+/// One lease's row.
+pub(crate) const GET: &str = concat!(info_columns!(), "WHERE name = :name");
+
+/// The rows from `:prefix` on, by name: the column is binary, so the order is
+/// byte order and the names that start with the prefix come first (the
+/// caller keeps those).
+pub(crate) const LIST: &str = concat!(
+    info_columns!(),
+    "WHERE name >= :prefix ORDER BY name LIMIT :row_limit"
+);
+
 /// The statements of one table, rendered once.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
@@ -171,6 +194,8 @@ pub(crate) struct Statements {
     pub(crate) finish: String,
     pub(crate) claim_rerun: String,
     pub(crate) last_slot: String,
+    pub(crate) get: String,
+    pub(crate) list: String,
     find_head: String,
     pub(crate) create_table: String,
 }
@@ -191,6 +216,8 @@ impl Statements {
             finish: r(FINISH),
             claim_rerun: r(CLAIM_RERUN),
             last_slot: r(LAST_SLOT),
+            get: r(GET),
+            list: r(LIST),
             find_head: r(FIND_HEAD),
             create_table: r(crate::schema::CREATE_TABLE),
         }
@@ -260,6 +287,8 @@ mod tests {
             &s.finish,
             &s.claim_rerun,
             &s.last_slot,
+            &s.get,
+            &s.list,
             &s.create_table,
         ] {
             assert!(sql.contains("`t1`"), "{sql}");

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, Finished, LeaseContext, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+    BoxError, Finished, LeaseContext, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
+    UnfinishedRow,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{
@@ -951,6 +952,33 @@ impl LeaseStore for MySqlStore {
         Ok(slot)
     }
 
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        let mut conn = self.conn().await?;
+        let row: Option<InfoRow> = conn
+            .exec_first(self.inner.sql.get.as_str(), params! { "name" => name })
+            .await?;
+        row.map(info).transpose()
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
+        let mut conn = self.conn().await?;
+        let rows: Vec<InfoRow> = conn
+            .exec(
+                self.inner.sql.list.as_str(),
+                params! { "prefix" => prefix, "row_limit" => limit },
+            )
+            .await?;
+        let mut infos = Vec::with_capacity(rows.len());
+        for row in rows {
+            let info = info(row)?;
+            if !info.name.starts_with(prefix) {
+                break;
+            }
+            infos.push(info);
+        }
+        Ok(infos)
+    }
+
     async fn now_ms(&self) -> Result<i64, BoxError> {
         let mut conn = self.conn().await?;
         let now: Option<i64> = conn.exec_first(sql::NOW, ()).await?;
@@ -960,6 +988,24 @@ impl LeaseStore for MySqlStore {
     async fn migrate(&self) -> Result<(), BoxError> {
         MySqlStore::migrate(self).await.map_err(Into::into)
     }
+}
+
+/// The columns of `get` and `list`, as the driver reads them.
+type InfoRow = (Vec<u8>, Vec<u8>, u64, i64, i64, i64, i64, i64);
+
+/// A row of `get` or `list`.
+fn info(row: InfoRow) -> Result<LeaseInfo, BoxError> {
+    let (name, instance, term, expires_at_ms, now_ms, slot_ms, unfinished, rerun) = row;
+    Ok(LeaseInfo {
+        name: String::from_utf8(name)?,
+        instance: String::from_utf8_lossy(&instance).into_owned(),
+        term,
+        expires_at_ms,
+        now_ms,
+        slot_ms,
+        unfinished_slot_ms: unfinished,
+        rerun_slot_ms: rerun,
+    })
 }
 
 #[cfg(test)]

@@ -135,6 +135,8 @@ pub(crate) struct Statements {
     pub(crate) find_unfinished: String,
     pub(crate) claim_rerun: String,
     pub(crate) last_slot: String,
+    pub(crate) get: String,
+    pub(crate) list: String,
     pub(crate) create_table: String,
 }
 
@@ -153,6 +155,8 @@ impl Statements {
             find_unfinished: find_unfinished(t),
             claim_rerun: claim_rerun(t),
             last_slot: last_slot(t),
+            get: get(t),
+            list: list(t),
             create_table: create_table(t),
             table,
         }
@@ -354,6 +358,24 @@ fn claim_rerun(t: &str) -> String {
 /// `$1 name` -> `slot_ms` (no row: never claimed).
 fn last_slot(t: &str) -> String {
     format!("SELECT slot_ms FROM {t} WHERE name = $1::text")
+}
+
+/// The columns `get` and `list` read, the database's now fifth (never the
+/// holder token).
+const INFO_COLUMNS: &str = "name, instance, term, expires_at_ms, \
+     floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, \
+     slot_ms, unfinished_slot_ms, rerun_slot_ms";
+
+/// `$1 name` -> the row's [`INFO_COLUMNS`].
+fn get(t: &str) -> String {
+    format!("SELECT {INFO_COLUMNS} FROM {t} WHERE name = $1::text")
+}
+
+/// `$1 prefix, $2 limit` -> the [`INFO_COLUMNS`] of the rows from `prefix`
+/// on, by name (the column's collation is "C": byte order, so the names that
+/// start with `prefix` come first and the caller keeps those).
+fn list(t: &str) -> String {
+    format!("SELECT {INFO_COLUMNS} FROM {t} WHERE name >= $1::text ORDER BY name LIMIT $2::bigint")
 }
 
 /// The table, created if missing. See [`crate::schema`].

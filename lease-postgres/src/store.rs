@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
+use lease_core::{
+    BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+};
 use rustls::RootCertStore;
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
@@ -659,6 +661,28 @@ impl LeaseStore for PostgresStore {
         Ok(row.map(|row| row.try_get(0)).transpose()?)
     }
 
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&self.inner.sql.get).await?;
+        let row = client.query_opt(&stmt, &[&name]).await?;
+        row.as_ref().map(info).transpose()
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&self.inner.sql.list).await?;
+        let rows = client.query(&stmt, &[&prefix, &i64::from(limit)]).await?;
+        let mut infos = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let info = info(row)?;
+            if !info.name.starts_with(prefix) {
+                break;
+            }
+            infos.push(info);
+        }
+        Ok(infos)
+    }
+
     async fn now_ms(&self) -> Result<i64, BoxError> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(sql::NOW).await?;
@@ -668,6 +692,20 @@ impl LeaseStore for PostgresStore {
     async fn migrate(&self) -> Result<(), BoxError> {
         schema::migrate(&self.inner.pool, &self.inner.sql).await
     }
+}
+
+/// A row of `get` or `list`.
+fn info(row: &tokio_postgres::Row) -> Result<LeaseInfo, BoxError> {
+    Ok(LeaseInfo {
+        name: row.try_get(0)?,
+        instance: row.try_get(1)?,
+        term: term(row.try_get(2)?)?,
+        expires_at_ms: row.try_get(3)?,
+        now_ms: row.try_get(4)?,
+        slot_ms: row.try_get(5)?,
+        unfinished_slot_ms: row.try_get(6)?,
+        rerun_slot_ms: row.try_get(7)?,
+    })
 }
 
 /// Splits what the driver cannot parse (`sslmode=verify-ca|verify-full`,

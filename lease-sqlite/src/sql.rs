@@ -115,6 +115,11 @@ pub(crate) struct Statements {
     pub(crate) claim_rerun: String,
     /// Params: name. Returns slot_ms.
     pub(crate) last_slot: String,
+    /// Params: name. Returns the [`INFO_COLUMNS`].
+    pub(crate) get: String,
+    /// Params: prefix, limit. Returns the [`INFO_COLUMNS`] of the rows from
+    /// the prefix on, by name.
+    pub(crate) list: String,
 }
 
 impl Statements {
@@ -132,6 +137,10 @@ impl Statements {
             finish: finish(t),
             claim_rerun: claim_rerun(t),
             last_slot: last_slot(t),
+            get: format!("SELECT {INFO_COLUMNS} FROM {t} WHERE name = ?1"),
+            // The column's collation is BINARY (memcmp): the names that
+            // start with the prefix come first, and the caller keeps those.
+            list: format!("SELECT {INFO_COLUMNS} FROM {t} WHERE name >= ?1 ORDER BY name LIMIT ?2"),
             table,
         }
     }
@@ -235,6 +244,12 @@ fn claim_rerun(t: &str) -> String {
             AND rerun_slot_ms < slot_ms AND expires_at_ms <= {NOW}"
     )
 }
+
+/// The columns `get` and `list` read, the database's now fifth (never the
+/// holder token).
+const INFO_COLUMNS: &str = "name, instance, term, expires_at_ms, \
+     CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER), \
+     slot_ms, unfinished_slot_ms, rerun_slot_ms";
 
 fn last_slot(t: &str) -> String {
     format!("SELECT slot_ms FROM {t} WHERE name = ?1")

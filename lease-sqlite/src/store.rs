@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, Finished, LeaseContext, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+    BoxError, Finished, LeaseContext, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
+    UnfinishedRow,
 };
 use rusqlite::{
     Connection, InterruptHandle, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -588,6 +589,20 @@ fn parse_url(url: &str) -> Result<Database, SqliteError> {
 }
 
 /// Reads a term: SQLite stores it as a (signed) INTEGER, never negative.
+/// A row of `get` or `list`.
+fn info(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseInfo> {
+    Ok(LeaseInfo {
+        name: row.get(0)?,
+        instance: row.get(1)?,
+        term: term_at(row, 2)?,
+        expires_at_ms: row.get(3)?,
+        now_ms: row.get(4)?,
+        slot_ms: row.get(5)?,
+        unfinished_slot_ms: row.get(6)?,
+        rerun_slot_ms: row.get(7)?,
+    })
+}
+
 fn term_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     let term: i64 = row.get(idx)?;
     u64::try_from(term).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, term))
@@ -819,6 +834,30 @@ impl LeaseStore for SqliteStore {
         self.run(move |conn, sql| {
             conn.query_row(&sql.last_slot, [name], |row| row.get(0))
                 .optional()
+        })
+        .await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        let name = name.to_owned();
+        self.run(move |conn, sql| conn.query_row(&sql.get, [name], info).optional())
+            .await
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
+        let prefix = prefix.to_owned();
+        self.run(move |conn, sql| {
+            let mut stmt = conn.prepare(&sql.list)?;
+            let rows = stmt.query_map(params![prefix, limit], info)?;
+            let mut infos = Vec::new();
+            for row in rows {
+                let info = row?;
+                if !info.name.starts_with(prefix.as_str()) {
+                    break;
+                }
+                infos.push(info);
+            }
+            Ok(infos)
         })
         .await
     }

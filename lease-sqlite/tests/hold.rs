@@ -272,6 +272,14 @@ impl LeaseStore for Recording {
         self.inner.last_slot(name).await
     }
 
+    async fn get(&self, name: &str) -> Result<Option<lease_core::LeaseInfo>, BoxError> {
+        self.inner.get(name).await
+    }
+
+    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<lease_core::LeaseInfo>, BoxError> {
+        self.inner.list(prefix, limit).await
+    }
+
     async fn now_ms(&self) -> Result<i64, BoxError> {
         self.inner.now_ms().await
     }

@@ -7,6 +7,7 @@
 mod claim;
 mod clock;
 mod hold;
+mod inspect;
 mod release;
 mod renew;
 mod rerun;
@@ -16,6 +17,7 @@ mod verify;
 pub use claim::*;
 pub use clock::*;
 pub use hold::*;
+pub use inspect::*;
 pub use release::*;
 pub use renew::*;
 pub use rerun::*;
