@@ -2,11 +2,14 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod batch;
+mod capability;
 mod context;
 mod error;
 mod hold;
 mod info;
+mod leader;
 mod leases;
+mod lock;
 mod name;
 mod run;
 mod store;
@@ -15,13 +18,21 @@ mod timings;
 mod token;
 
 #[cfg(test)]
+mod memtable;
+#[cfg(test)]
 mod testing;
 
+pub use capability::RELEASE_TIMEOUT;
 pub use context::{EndCause, LeaseContext};
 pub use error::{BoxError, Error, LostCause, NameError, Op, Result};
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
+pub use leader::{
+    CAMPAIGN_INTERVAL, CAMPAIGN_JITTER, LEADER_PREFIX, Leader, LeaderId, LeaderOutcome, Leadership,
+    StepDown,
+};
 pub use leases::{Handle, Leases, Unfinished};
+pub use lock::{LOCK_PREFIX, Lock, LockError};
 pub use name::{MAX_NAME_BYTES, validate_name};
 pub use run::{ABORT_WAIT, run};
 pub use store::{Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
