@@ -415,7 +415,7 @@ impl Leader {
         }
         let holder = handle.hold(shutdown);
         let context = holder.context().clone();
-        let out = holder.run(|ctx| work(ctx)).await;
+        let out = holder.run(work).await;
         holder.stop().await;
         let reason = if handle.lost() {
             StepDown::Lost(context.lost_cause().unwrap_or(LostCause::NotHolder))
@@ -453,5 +453,303 @@ impl Leader {
             *current = status;
             changed
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::time::sleep;
+
+    use super::*;
+    use crate::LeaseState;
+    use crate::memtable::MemTable;
+
+    fn replica(table: &Arc<MemTable>, instance: &str) -> Leases {
+        Leases::from_arc(table.clone())
+            .with_instance(instance)
+            .with_fail_hook(|e| panic!("the fail hook was reached: {e}"))
+    }
+
+    /// Leads until the context ends.
+    async fn lead(ctx: LeaseContext) {
+        ctx.cancelled().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_replica_leads_until_shutdown_then_gives_the_name_back() {
+        let table = Arc::new(MemTable::new());
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let (e1, e2) = (events.clone(), events.clone());
+        let leader = replica(&table, "a")
+            .leader("billing")
+            .on_started_leading(move |term| e1.lock().unwrap().push(format!("started {term}")))
+            .on_stopped_leading(move |why| e2.lock().unwrap().push(format!("stopped: {why}")));
+        assert_eq!(leader.name(), "leader:billing");
+        let mut status = leader.watch();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let run = tokio::spawn(async move {
+            let out = leader.run(&shutdown, lead).await;
+            (leader, out)
+        });
+        status.changed().await.unwrap();
+        assert_eq!(*status.borrow(), Leadership::Leading { term: 1 });
+        sleep(Duration::from_secs(60)).await; // kept well past the lease
+        assert_eq!(*status.borrow(), Leadership::Leading { term: 1 });
+        stop.cancel();
+        let (leader, out) = run.await.unwrap();
+        out.unwrap();
+        assert!(!leader.is_leading());
+        assert_eq!(
+            *events.lock().unwrap(),
+            ["started 1", "stopped: shutting down"]
+        );
+        let row = table.info("leader:billing").unwrap();
+        assert_eq!(row.state(), LeaseState::Released, "released at shutdown");
+        assert_eq!(table.claims().len(), 1, "one attempt, won");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_asks_every_five_to_six_seconds_and_names_the_leader() {
+        let table = Arc::new(MemTable::new());
+        table.steal("leader:billing", "b", 3_600_000);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let leader = replica(&table, "a")
+            .leader("billing")
+            .on_new_leader(move |id| s.lock().unwrap().push(id));
+        let mut status = leader.watch();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let run = tokio::spawn(async move { leader.run(&shutdown, lead).await });
+        status.changed().await.unwrap();
+        let b = LeaderId {
+            instance: "b".into(),
+            term: 1,
+        };
+        assert_eq!(
+            *status.borrow(),
+            Leadership::Following {
+                leader: Some(b.clone())
+            }
+        );
+        sleep(Duration::from_secs(60)).await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        let attempts: Vec<u64> = table.claims().iter().map(|c| c.0).collect();
+        for pair in attempts.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!((5_000..=6_000).contains(&gap), "{attempts:?}");
+        }
+        assert!((10..=13).contains(&attempts.len()), "{attempts:?}");
+        assert_eq!(*seen.lock().unwrap(), [b], "told of the leader once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_that_returns_ends_the_tenure_and_the_campaign_goes_on() {
+        let table = Arc::new(MemTable::new());
+        let stops = Arc::new(Mutex::new(Vec::new()));
+        let s = stops.clone();
+        let leader = replica(&table, "a")
+            .leader("billing")
+            .on_stopped_leading(move |why| s.lock().unwrap().push(why));
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let terms = Arc::new(Mutex::new(Vec::new()));
+        let t = terms.clone();
+        let run = tokio::spawn(async move {
+            leader
+                .run(&shutdown, move |ctx| {
+                    let t = t.clone();
+                    async move {
+                        t.lock().unwrap().push(ctx.term());
+                        Err::<(), _>("the duty failed")
+                    }
+                })
+                .await
+        });
+        sleep(Duration::from_secs(12)).await;
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        // Attempts at 0, 5-6 and 10-12 s: three tenures, each given back.
+        assert_eq!(*terms.lock().unwrap(), [1, 2, 3]);
+        assert!(
+            stops
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|s| *s == StepDown::WorkReturned),
+            "{stops:?}"
+        );
+        assert_eq!(table.releases(), 3);
+        let gaps: Vec<u64> = table.claims().iter().map(|c| c.0).collect();
+        assert!(gaps[1] >= 5_000 && gaps[1] <= 6_000, "{gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_lease_ends_the_tenure_without_giving_back_and_follows_the_thief() {
+        let table = Arc::new(MemTable::new());
+        let stops = Arc::new(Mutex::new(Vec::new()));
+        let s = stops.clone();
+        let leader = replica(&table, "a")
+            .leader("billing")
+            .on_stopped_leading(move |why| s.lock().unwrap().push(why));
+        let mut status = leader.watch();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let run = tokio::spawn(async move { leader.run(&shutdown, lead).await });
+        status.changed().await.unwrap();
+        assert!(status.borrow().is_leading());
+        sleep(Duration::from_secs(3)).await;
+        table.steal("leader:billing", "b", 3_600_000);
+        // The next renewal (at most 2 s on) finds it gone.
+        sleep(Duration::from_secs(3)).await;
+        assert!(!status.borrow().is_leading(), "{:?}", *status.borrow());
+        sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            *status.borrow(),
+            Leadership::Following {
+                leader: Some(LeaderId {
+                    instance: "b".into(),
+                    term: 2
+                })
+            }
+        );
+        stop.cancel();
+        run.await.unwrap().unwrap();
+        assert_eq!(
+            *stops.lock().unwrap(),
+            [StepDown::Lost(LostCause::NotHolder)]
+        );
+        assert_eq!(table.releases(), 0, "a lost lease is not given back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_killed_leader_is_replaced_after_expiry_within_one_campaign_interval() {
+        let table = Arc::new(MemTable::new());
+        let first = replica(&table, "a").leader("billing");
+        let mut first_status = first.watch();
+        let shutdown = CancellationToken::new();
+        let killed = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { first.run(&shutdown, lead).await }
+        });
+        first_status.changed().await.unwrap();
+        assert!(first_status.borrow().is_leading());
+        sleep(Duration::from_millis(500)).await;
+        let second = replica(&table, "b").leader("billing");
+        let mut second_status = second.watch();
+        let follower = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { second.run(&shutdown, lead).await }
+        });
+        sleep(Duration::from_secs(4)).await;
+        // Killed: its task dropped at once, nothing given back.
+        killed.abort();
+        let killed_at = Instant::now();
+        let last_renewal_bound = Duration::from_secs(2);
+        loop {
+            second_status.changed().await.unwrap();
+            if second_status.borrow().is_leading() {
+                break;
+            }
+        }
+        let took = killed_at.elapsed();
+        let lease = Duration::from_secs(15);
+        assert!(
+            took + last_renewal_bound >= lease,
+            "not before the lease expired: {took:?} after the kill"
+        );
+        assert!(
+            took <= lease + CAMPAIGN_INTERVAL + CAMPAIGN_JITTER,
+            "within the lease and one campaign interval: {took:?}"
+        );
+        assert_eq!(*second_status.borrow(), Leadership::Leading { term: 2 });
+        shutdown.cancel();
+        follower.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn three_replicas_never_lead_at_once_and_shutdown_hands_over() {
+        let table = Arc::new(MemTable::new());
+        let leading = Arc::new(Mutex::new(Vec::<String>::new()));
+        let overlaps = Arc::new(Mutex::new(0));
+        let mut tokens = Vec::new();
+        let mut runs = Vec::new();
+        for name in ["a", "b", "c"] {
+            let (l1, l2, o) = (leading.clone(), leading.clone(), overlaps.clone());
+            let who = name.to_owned();
+            let who2 = name.to_owned();
+            let leader = replica(&table, name)
+                .leader("billing")
+                .on_started_leading(move |_| {
+                    let mut l = l1.lock().unwrap();
+                    if !l.is_empty() {
+                        *o.lock().unwrap() += 1;
+                    }
+                    l.push(who.clone());
+                })
+                .on_stopped_leading(move |_| l2.lock().unwrap().retain(|w| *w != who2));
+            let token = CancellationToken::new();
+            tokens.push(token.clone());
+            runs.push(tokio::spawn(async move { leader.run(&token, lead).await }));
+            sleep(Duration::from_millis(100)).await;
+        }
+        sleep(Duration::from_secs(10)).await;
+        let first = leading.lock().unwrap().clone();
+        assert_eq!(first, ["a"], "the first to ask leads");
+        // The leader shuts down: a follower takes over within one interval.
+        tokens[0].cancel();
+        let stepped = Instant::now();
+        loop {
+            sleep(Duration::from_millis(100)).await;
+            if !leading.lock().unwrap().is_empty() {
+                break;
+            }
+            assert!(
+                stepped.elapsed() <= CAMPAIGN_INTERVAL + CAMPAIGN_JITTER,
+                "no hand-over within one campaign interval"
+            );
+        }
+        assert_ne!(leading.lock().unwrap()[0], "a");
+        for t in &tokens {
+            t.cancel();
+        }
+        for r in runs {
+            r.await.unwrap().unwrap();
+        }
+        assert_eq!(*overlaps.lock().unwrap(), 0, "two leaders at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_database_that_does_not_answer_is_campaigned_through() {
+        let table = Arc::new(MemTable::new());
+        table.set_down(true);
+        let leader = replica(&table, "a").leader("billing");
+        let mut status = leader.watch();
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let run = tokio::spawn(async move { leader.run(&shutdown, lead).await });
+        sleep(Duration::from_secs(13)).await;
+        assert_eq!(*status.borrow_and_update(), Leadership::Campaigning);
+        table.set_down(false);
+        status.changed().await.unwrap();
+        assert_eq!(*status.borrow(), Leadership::Leading { term: 1 });
+        stop.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invalid_name_fails_before_any_statement() {
+        let table = Arc::new(MemTable::new());
+        let leader = replica(&table, "a").leader(&"x".repeat(200));
+        let err = leader
+            .run(&CancellationToken::new(), lead)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, crate::Error::InvalidName { .. }), "{err:?}");
+        assert!(table.claims().is_empty());
     }
 }
