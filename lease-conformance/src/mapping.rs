@@ -175,4 +175,18 @@ pub static MAPPING: &[(&str, &[&str])] = &[
             "list_reads_names_with_prefix_in_byte_order_up_to_limit",
         ],
     ),
+    (
+        "lock (Rust capability): one runner among concurrent lockers; a loss during the work is reported with the work's output",
+        &[
+            "lock_runs_once_among_sixteen_lockers",
+            "lock_lost_during_its_work_reports_the_loss_with_the_output",
+        ],
+    ),
+    (
+        "leader (Rust capability): one leader at a time; shutdown hands over; a killed leader is replaced after expiry, within one campaign interval",
+        &[
+            "leader_election_has_one_leader_and_hands_over_at_shutdown",
+            "killed_leader_is_replaced_after_its_lease_expires",
+        ],
+    ),
 ];

@@ -76,6 +76,7 @@ impl Fault {
             &[
                 "claim_of_held_name_is_refused_and_term_unchanged",
                 "concurrent_claims_of_fresh_name_have_one_winner",
+                "lock_runs_once_among_sixteen_lockers",
             ],
         ),
         (

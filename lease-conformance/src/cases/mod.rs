@@ -4,6 +4,7 @@
 //! runs on a fresh, migrated store, uses names of its own ([`Ctx::name`](crate::Ctx::name)) and
 //! panics with a message saying what the backend did wrong.
 
+mod capability;
 mod claim;
 mod clock;
 mod hold;
@@ -14,6 +15,7 @@ mod rerun;
 mod slot;
 mod verify;
 
+pub use capability::*;
 pub use claim::*;
 pub use clock::*;
 pub use hold::*;
