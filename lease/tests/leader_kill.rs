@@ -1,0 +1,205 @@
+//! A leader process killed with SIGKILL: its successor, another process,
+//! takes over no earlier than the killed leader's lease expiry by the
+//! database's clock, and no later than that expiry plus one campaign
+//! interval and its jitter. On SQLite always, on PostgreSQL and MariaDB when
+//! their URLs are set (required under `CI=true`).
+//!
+//! The test binary is its own child: with `LEASE_KILL_CHILD` set it runs one
+//! elector and prints when it leads.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a test
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use lease::{CancellationToken, Leases, Timings};
+
+const CHILD_ENV: &str = "LEASE_KILL_CHILD";
+const LEASE: Duration = Duration::from_secs(3);
+const CAMPAIGN: Duration = Duration::from_millis(500);
+const JITTER: Duration = Duration::from_millis(250);
+
+fn timings() -> Timings {
+    Timings::builder()
+        .lease(LEASE)
+        .renew(Duration::from_millis(300))
+        .deadline(Duration::from_secs(2))
+        .grace(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
+async fn leases(url: &str, instance: &str) -> Leases {
+    lease::connect(url)
+        .await
+        .unwrap()
+        .with_timings(timings())
+        .with_instance(instance)
+}
+
+/// The child: campaigns for `name` forever, printing
+/// `LEADING <term> <claim time by the database clock>` when it wins.
+async fn child(url: String, name: String, instance: String) {
+    let leases = leases(&url, &instance).await;
+    let full = format!("leader:{name}");
+    let never = CancellationToken::new();
+    leases
+        .leader(&name)
+        .with_campaign_interval(CAMPAIGN, JITTER)
+        .run(&never, |ctx| {
+            let (leases, full) = (leases.clone(), full.clone());
+            async move {
+                // Read before the first renewal (300 ms on): the row's expiry
+                // is still the claim's, now + lease.
+                let info = leases.get(&full).await.unwrap().unwrap();
+                let claimed = info.expires_at_ms - leases.timings().lease_ms();
+                println!("LEADING {} {claimed}", ctx.term());
+                ctx.cancelled().await;
+            }
+        })
+        .await
+        .unwrap();
+}
+
+struct Elector {
+    child: Child,
+    leading: mpsc::Receiver<(u64, i64)>,
+}
+
+fn spawn(url: &str, name: &str, instance: &str) -> Elector {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(CHILD_ENV, format!("{url}\n{name}\n{instance}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, leading) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut words = line.split_whitespace();
+            if words.next() == Some("LEADING") {
+                let term = words.next().unwrap().parse().unwrap();
+                let at = words.next().unwrap().parse().unwrap();
+                let _ = tx.send((term, at));
+            }
+        }
+    });
+    Elector { child, leading }
+}
+
+async fn scenario(url: &str) -> Result<(), String> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = format!("kill-{}-{nanos}", std::process::id());
+    let full = format!("leader:{name}");
+    let observer = leases(url, "observer").await;
+    observer.migrate().await.unwrap();
+
+    let mut first = spawn(url, &name, "kill-a");
+    let (term, _) = first
+        .leading
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| "the first elector did not lead within 30 s".to_owned())?;
+    let mut second = spawn(url, &name, "kill-b");
+    tokio::time::sleep(Duration::from_secs(1)).await; // it campaigns, and follows
+    first.child.kill().unwrap(); // SIGKILL: nothing given back
+    first.child.wait().unwrap();
+    let at_kill = observer.get(&full).await.unwrap().unwrap();
+    let result = second.leading.recv_timeout(LEASE + Duration::from_secs(15));
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+    let (next_term, claimed_at) =
+        result.map_err(|_| "the second elector never took over".to_owned())?;
+    if at_kill.instance != "kill-a" || !at_kill.held() {
+        return Err(format!(
+            "at the kill the first elector did not hold the name: {at_kill}"
+        ));
+    }
+    if next_term != term + 1 {
+        return Err(format!(
+            "the successor's term is {next_term}, not {}",
+            term + 1
+        ));
+    }
+    let expiry = at_kill.expires_at_ms;
+    let bound = i64::try_from((CAMPAIGN + JITTER).as_millis()).unwrap() + 1_000;
+    println!(
+        "  takeover {} ms after the killed leader's expiry by the database clock (bound: 0 to {bound} ms)",
+        claimed_at - expiry
+    );
+    if claimed_at < expiry {
+        return Err(format!(
+            "the successor claimed at {claimed_at}, before the killed leader's lease expired at {expiry}"
+        ));
+    }
+    if claimed_at > expiry + bound {
+        return Err(format!(
+            "the successor claimed {} ms after the expiry, more than one campaign interval",
+            claimed_at - expiry
+        ));
+    }
+    Ok(())
+}
+
+fn env_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
+            panic!("{var} is not set, and CI=true forbids skipping the tests that need it")
+        }
+        _ => {
+            println!("{var} is not set: skipping that database");
+            None
+        }
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    if let Ok(spec) = std::env::var(CHILD_ENV) {
+        let mut parts = spec.splitn(3, '\n').map(str::to_owned);
+        let (url, name, instance) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        runtime.block_on(child(url, name, instance));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = vec![(
+        "sqlite",
+        format!("sqlite://{}", dir.path().join("leases.db").display()),
+    )];
+    #[cfg(feature = "postgres")]
+    if let Some(url) = env_url("LEASE_TEST_POSTGRES_URL") {
+        urls.push(("postgres", url));
+    }
+    #[cfg(feature = "mysql")]
+    if let Some(url) = env_url("LEASE_TEST_MYSQL_URL") {
+        urls.push(("mysql", url));
+    }
+    let _ = env_url; // used only with the server features
+    let (mut passed, mut failed) = (0, 0);
+    for (backend, url) in urls {
+        println!("leader killed with SIGKILL on {backend}:");
+        match runtime.block_on(scenario(&url)) {
+            Ok(()) => {
+                passed += 1;
+                println!("  ok");
+            }
+            Err(e) => {
+                failed += 1;
+                println!("  FAILED: {e}");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
