@@ -297,7 +297,7 @@ impl Leader {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`], [`Error::Database`] or [`Error::Timeout`].
+    /// [`Error::InvalidName`](crate::Error::InvalidName), [`Error::Database`](crate::Error::Database) or [`Error::Timeout`](crate::Error::Timeout).
     pub async fn current_leader(&self) -> Result<Option<LeaseInfo>> {
         Ok(self.leases.get(&self.name).await?.filter(LeaseInfo::held))
     }
@@ -315,7 +315,7 @@ impl Leader {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`] at once, before any SQL, for a name that can
+    /// [`Error::InvalidName`](crate::Error::InvalidName) at once, before any SQL, for a name that can
     /// never be claimed.
     ///
     /// # Cancel safety
