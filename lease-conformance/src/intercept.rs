@@ -167,6 +167,11 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         self.inner.last_slot(name).await
     }
 
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        self.hook.before(Op::ForceRelease).await?;
+        self.inner.force_release(name, term).await
+    }
+
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         self.hook.before(Op::Get).await?;
         self.inner.get(name).await

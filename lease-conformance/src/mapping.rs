@@ -176,6 +176,10 @@ pub static MAPPING: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "forced release (Rust addition): frees a held name only under the term read; its holder then finds it gone",
+        &["force_release_frees_only_the_term_read"],
+    ),
+    (
         "lock (Rust capability): one runner among concurrent lockers; a loss during the work is reported with the work's output",
         &[
             "lock_runs_once_among_sixteen_lockers",

@@ -66,6 +66,8 @@ pub enum Fault {
     InfoWithoutClock,
     /// list ignores the prefix and the limit.
     ListIgnoresPrefix,
+    /// A forced release frees the name whatever its term.
+    ForceReleaseIgnoresTerm,
 }
 
 impl Fault {
@@ -181,6 +183,10 @@ impl Fault {
         (
             Fault::ListIgnoresPrefix,
             &["list_reads_names_with_prefix_in_byte_order_up_to_limit"],
+        ),
+        (
+            Fault::ForceReleaseIgnoresTerm,
+            &["force_release_frees_only_the_term_read"],
         ),
     ];
 }
@@ -531,6 +537,23 @@ impl LeaseStore for MemoryStore {
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         self.with(|t| Ok(t.rows.get(&self.key(name)).map(|row| row.slot_ms)))
+    }
+
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        let key = self.key(name);
+        self.with(|t| {
+            let now = self.now();
+            Ok(match t.rows.get_mut(&key) {
+                Some(row)
+                    if (row.term == term || self.has(Fault::ForceReleaseIgnoresTerm))
+                        && row.expires_at_ms > now =>
+                {
+                    row.expires_at_ms = 0;
+                    true
+                }
+                _ => false,
+            })
+        })
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {

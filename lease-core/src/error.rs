@@ -220,6 +220,8 @@ pub enum Op {
     Get,
     /// Listing leases.
     List,
+    /// Freeing a lease whoever holds it.
+    ForceRelease,
 }
 
 impl fmt::Display for Op {
@@ -238,6 +240,7 @@ impl fmt::Display for Op {
             Op::Migrate => "table creation",
             Op::Get => "read",
             Op::List => "listing",
+            Op::ForceRelease => "forced release",
         })
     }
 }

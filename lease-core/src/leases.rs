@@ -498,6 +498,39 @@ impl Leases {
             .await
     }
 
+    /// Frees `name` now, whoever holds it, if its term is still `term` (read
+    /// with [`get`](Leases::get) just before) and it is held: an operator's
+    /// tool for a stuck lease. Returns whether it freed it; `false` when the
+    /// name changed hands since, or is free. One statement.
+    ///
+    /// The holder is not told at once: its next renewal finds the name gone
+    /// and it steps down ([`LostCause::NotHolder`]), its work's context
+    /// ending. Until then it still believes it holds the name, so a forced
+    /// release does not fence it; its guarded transactions do refuse at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL; [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call either freed the name or did not.
+    pub async fn force_release(&self, name: &str, term: u64) -> Result<bool> {
+        validate_name(name)?;
+        let freed = self
+            .bounded(
+                Op::ForceRelease,
+                Some(name),
+                self.shared.store.force_release(name, term),
+            )
+            .await?;
+        if freed {
+            tracing::info!(name = ?name, term, "lease released by force");
+        }
+        Ok(freed)
+    }
+
     /// Reads the leases whose name starts with `prefix` (all of them for
     /// `""`), ordered by name, at most `limit`, as [`get`](Leases::get) reads
     /// one. One statement.

@@ -225,6 +225,16 @@ impl LeaseStore for MemTable {
         Err("not part of the capabilities' table".into())
     }
 
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        self.with(|state, now| match state.rows.get_mut(name) {
+            Some(row) if row.term == term && row.expires_at_ms > now => {
+                row.expires_at_ms = 0;
+                true
+            }
+            _ => false,
+        })
+    }
+
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         self.with(|state, now| state.rows.get(name).map(|r| to_info(name, r, now)))
     }

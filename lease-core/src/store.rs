@@ -227,6 +227,18 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// ```
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError>;
 
+    /// Frees `name` now whoever holds it, provided its term is still `term`
+    /// and it is held: an operator's forced release (the `lease release
+    /// --force` of the command-line tool). The holder learns of it at its
+    /// next renewal and steps down. Returns whether it freed the name
+    /// (`false`: the name changed hands since `term` was read, or is free).
+    ///
+    /// ```sql
+    /// UPDATE t SET expires_at_ms = 0
+    ///  WHERE name = :name AND term = :term AND expires_at_ms > :now
+    /// ```
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError>;
+
     /// Reads `name`'s row with the database's clock, or `None` when the name
     /// was never claimed. One round trip; the holder token is not read.
     ///
@@ -387,6 +399,10 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         (**self).last_slot(name).await
+    }
+
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        (**self).force_release(name, term).await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {

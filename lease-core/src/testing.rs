@@ -223,6 +223,10 @@ impl LeaseStore for ScriptedStore {
         Err("not scripted".into())
     }
 
+    async fn force_release(&self, _: &str, _: u64) -> Result<bool, BoxError> {
+        Err("not scripted".into())
+    }
+
     async fn get(&self, _: &str) -> Result<Option<crate::LeaseInfo>, BoxError> {
         Err("not scripted".into())
     }

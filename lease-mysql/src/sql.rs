@@ -169,6 +169,14 @@ macro_rules! info_columns {
     };
 }
 
+/// A forced release: frees the name if its term is still `:term` and it is
+/// held; the term rides on `LAST_INSERT_ID` like every outcome.
+pub(crate) const FORCE_RELEASE: &str = concat!(
+    "UPDATE {table} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) ",
+    "WHERE name = :name AND term = :term AND expires_at_ms > ",
+    now_ms!()
+);
+
 /// One lease's row.
 pub(crate) const GET: &str = concat!(info_columns!(), "WHERE name = :name");
 
@@ -195,6 +203,7 @@ pub(crate) struct Statements {
     pub(crate) claim_rerun: String,
     pub(crate) last_slot: String,
     pub(crate) get: String,
+    pub(crate) force_release: String,
     pub(crate) list: String,
     find_head: String,
     pub(crate) create_table: String,
@@ -217,6 +226,7 @@ impl Statements {
             claim_rerun: r(CLAIM_RERUN),
             last_slot: r(LAST_SLOT),
             get: r(GET),
+            force_release: r(FORCE_RELEASE),
             list: r(LIST),
             find_head: r(FIND_HEAD),
             create_table: r(crate::schema::CREATE_TABLE),
@@ -288,6 +298,7 @@ mod tests {
             &s.claim_rerun,
             &s.last_slot,
             &s.get,
+            &s.force_release,
             &s.list,
             &s.create_table,
         ] {

@@ -952,6 +952,16 @@ impl LeaseStore for MySqlStore {
         Ok(slot)
     }
 
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        let freed = self
+            .write(
+                &self.inner.sql.force_release,
+                params! { "name" => name, "term" => term },
+            )
+            .await?;
+        Ok(freed.is_some())
+    }
+
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let mut conn = self.conn().await?;
         let row: Option<InfoRow> = conn

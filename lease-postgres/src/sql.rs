@@ -136,6 +136,7 @@ pub(crate) struct Statements {
     pub(crate) claim_rerun: String,
     pub(crate) last_slot: String,
     pub(crate) get: String,
+    pub(crate) force_release: String,
     pub(crate) list: String,
     pub(crate) create_table: String,
 }
@@ -156,6 +157,7 @@ impl Statements {
             claim_rerun: claim_rerun(t),
             last_slot: last_slot(t),
             get: get(t),
+            force_release: force_release(t),
             list: list(t),
             create_table: create_table(t),
             table,
@@ -365,6 +367,14 @@ fn last_slot(t: &str) -> String {
 const INFO_COLUMNS: &str = "name, instance, term, expires_at_ms, \
      floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint, \
      slot_ms, unfinished_slot_ms, rerun_slot_ms";
+
+/// `$1 name, $2 term` -> rows changed (1: freed).
+fn force_release(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET expires_at_ms = 0 WHERE name = $1::text AND term = $2::bigint \
+           AND expires_at_ms > floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    )
+}
 
 /// `$1 name` -> the row's [`INFO_COLUMNS`].
 fn get(t: &str) -> String {

@@ -661,6 +661,16 @@ impl LeaseStore for PostgresStore {
         Ok(row.map(|row| row.try_get(0)).transpose()?)
     }
 
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        // A term past i64::MAX cannot be in the table: nothing to free.
+        let Ok(term) = i64::try_from(term) else {
+            return Ok(false);
+        };
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&self.inner.sql.force_release).await?;
+        Ok(client.execute(&stmt, &[&name, &term]).await? == 1)
+    }
+
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.get).await?;

@@ -115,6 +115,8 @@ pub(crate) struct Statements {
     pub(crate) claim_rerun: String,
     /// Params: name. Returns slot_ms.
     pub(crate) last_slot: String,
+    /// Params: name, term. Rows changed: 1 freed.
+    pub(crate) force_release: String,
     /// Params: name. Returns the [`INFO_COLUMNS`].
     pub(crate) get: String,
     /// Params: prefix, limit. Returns the [`INFO_COLUMNS`] of the rows from
@@ -137,6 +139,10 @@ impl Statements {
             finish: finish(t),
             claim_rerun: claim_rerun(t),
             last_slot: last_slot(t),
+            force_release: format!(
+                "UPDATE {t} SET expires_at_ms = 0 \
+                  WHERE name = ?1 AND term = ?2 AND expires_at_ms > {NOW}"
+            ),
             get: format!("SELECT {INFO_COLUMNS} FROM {t} WHERE name = ?1"),
             // The column's collation is BINARY (memcmp): the names that
             // start with the prefix come first, and the caller keeps those.

@@ -838,6 +838,19 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        // A term past i64::MAX cannot be in the table: nothing to free.
+        let Ok(term) = i64::try_from(term) else {
+            return Ok(false);
+        };
+        let name = name.to_owned();
+        self.run(move |conn, sql| {
+            conn.execute(&sql.force_release, params![name, term])
+                .map(|changed| changed > 0)
+        })
+        .await
+    }
+
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let name = name.to_owned();
         self.run(move |conn, sql| conn.query_row(&sql.get, [name], info).optional())

@@ -272,6 +272,10 @@ impl LeaseStore for Recording {
         self.inner.last_slot(name).await
     }
 
+    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        self.inner.force_release(name, term).await
+    }
+
     async fn get(&self, name: &str) -> Result<Option<lease_core::LeaseInfo>, BoxError> {
         self.inner.get(name).await
     }

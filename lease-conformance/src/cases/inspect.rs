@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease_core::{LeaseInfo, LeaseState};
 
-use super::{claimed, ok};
+use super::{assert_lost, claimed, ok};
 use crate::Ctx;
 
 /// Reads `name`, which must have a row.
@@ -129,6 +129,51 @@ pub async fn get_after_takeover_names_the_successor(ctx: Ctx) {
     assert_eq!(info.term, first.term() + 1);
     assert_eq!(info.term, second.term());
     assert!(info.held(), "{info:?}");
+}
+
+/// A forced release frees the name only while it still has the term read,
+/// and the holder then finds it gone.
+pub async fn force_release_frees_only_the_term_read(ctx: Ctx) {
+    let leases = ctx.leases();
+    let name = ctx.name("forced");
+    let first = claimed(&leases, &name, "no row exists for it yet").await;
+    ok(first.release().await, "release");
+    let held = claimed(&leases, &name, "it was released").await;
+    assert_eq!(held.term(), 2);
+    let before = ctx.statements();
+    let stale = ok(
+        leases.force_release(&name, 1).await,
+        "forced release of term 1",
+    );
+    assert_eq!(
+        ctx.statements() - before,
+        1,
+        "a forced release is one statement"
+    );
+    assert!(
+        !stale,
+        "a forced release of term 1 must not free the name now held under term 2"
+    );
+    ok(held.verify().await, "verify after a refused forced release");
+    let freed = ok(
+        leases.force_release(&name, 2).await,
+        "forced release of term 2",
+    );
+    assert!(
+        freed,
+        "a forced release of the held term must free the name"
+    );
+    assert_lost(
+        held.renew().await,
+        "renew after a forced release (the name was freed)",
+    );
+    let again = ok(
+        leases.force_release(&name, 2).await,
+        "second forced release",
+    );
+    assert!(!again, "a free name has nothing to free");
+    let next = claimed(&leases, &name, "it was released by force").await;
+    assert_eq!(next.term(), 3, "the next claim moves the term on");
 }
 
 /// list reads the names that start with a prefix, in byte order, at most
