@@ -171,6 +171,7 @@ fn main() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_mut))]
     let mut urls = vec![(
         "sqlite",
         format!("sqlite://{}", dir.path().join("leases.db").display()),
