@@ -192,6 +192,10 @@ impl LeaseStore for PhantomClaimStore {
     async fn migrate(&self) -> Result<(), BoxError> {
         self.inner.migrate().await
     }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+        self.inner.classify(error)
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseInfo, LeaseStore, Op, SlotClaim, UnfinishedRow};
+use lease_core::{
+    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, Op, SlotClaim, UnfinishedRow,
+};
 
 /// What an [`Intercepted`] store does before each call it forwards.
 #[async_trait]
@@ -190,5 +192,9 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     async fn migrate(&self) -> Result<(), BoxError> {
         self.hook.before(Op::Migrate).await?;
         self.inner.migrate().await
+    }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
+        self.inner.classify(error)
     }
 }

@@ -180,6 +180,10 @@ pub static MAPPING: &[(&str, &[&str])] = &[
         &["force_release_frees_only_the_term_read"],
     ),
     (
+        "errors (Rust addition): a missing table is its own kind, says to migrate, and is not retryable",
+        &["statement_on_a_missing_table_says_to_migrate_and_is_not_retried"],
+    ),
+    (
         "lock (Rust capability): one runner among concurrent lockers; a loss during the work is reported with the work's output",
         &[
             "lock_runs_once_among_sixteen_lockers",

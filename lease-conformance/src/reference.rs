@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
+    UnfinishedRow,
 };
 
 /// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
@@ -68,6 +69,8 @@ pub enum Fault {
     ListIgnoresPrefix,
     /// A forced release frees the name whatever its term.
     ForceReleaseIgnoresTerm,
+    /// A missing table is not told apart from a passing failure.
+    MissingTableUnclassified,
 }
 
 impl Fault {
@@ -188,8 +191,15 @@ impl Fault {
             Fault::ForceReleaseIgnoresTerm,
             &["force_release_frees_only_the_term_read"],
         ),
+        (
+            Fault::MissingTableUnclassified,
+            &["statement_on_a_missing_table_says_to_migrate_and_is_not_retried"],
+        ),
     ];
 }
+
+/// What every statement on a table not yet migrated fails with.
+const NO_TABLE: &str = "no such table: the lease table was not migrated";
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -261,7 +271,7 @@ impl MemoryStore {
             .lock()
             .map_err(|_| BoxError::from("the memory store's lock is poisoned"))?;
         if !table.created {
-            return Err("no such table: the lease table was not migrated".into());
+            return Err(NO_TABLE.into());
         }
         f(&mut table)
     }
@@ -577,6 +587,16 @@ impl LeaseStore for MemoryStore {
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
         Ok(self.now())
+    }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
+        if self.has(Fault::MissingTableUnclassified) {
+            DbErrorKind::Unclassified
+        } else if error.to_string().starts_with(NO_TABLE) {
+            DbErrorKind::MissingTable
+        } else {
+            DbErrorKind::Other
+        }
     }
 
     async fn migrate(&self) -> Result<(), BoxError> {

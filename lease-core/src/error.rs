@@ -15,7 +15,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// answer ([`is_retryable`](Error::is_retryable)), or that the lease is lost and
 /// the work under it must stop ([`is_lost`](Error::is_lost)), or that the caller
 /// asked for something that can never work (a bad name, impossible timings).
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lease is no longer held by this holder.
@@ -65,10 +65,31 @@ pub enum Error {
         name: String,
     },
 
-    /// The database did not answer the statement: connection refused or cut,
-    /// a server error, a missing table.
-    #[error("{op} of lease {name} failed", name = LeaseName(name.as_deref()))]
+    /// The database did not answer the statement, or refused it: connection
+    /// refused or cut, a deadlock, a refused privilege, any other server
+    /// error. [`kind`](Error::db_kind) tells which, as the backend classified
+    /// it.
+    #[error("{op} of lease {name} failed ({kind})", name = LeaseName(name.as_deref()))]
     Database {
+        /// The protocol statement that failed.
+        op: Op,
+        /// The lease it was for; `None` for statements about no single lease.
+        name: Option<String>,
+        /// What kind of failure it is.
+        kind: DbErrorKind,
+        /// What the driver reported.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The lease table does not exist: run [`Leases::migrate`](crate::Leases::migrate)
+    /// (or `lease migrate`) once, as the process starts. Not retryable.
+    #[error(
+        "{op} of lease {name} failed: the lease table does not exist; run `migrate()` \
+         (or `lease migrate`) first",
+        name = LeaseName(name.as_deref())
+    )]
+    MissingTable {
         /// The protocol statement that failed.
         op: Op,
         /// The lease it was for; `None` for statements about no single lease.
@@ -113,12 +134,49 @@ impl Error {
         matches!(self, Error::Lost { .. })
     }
 
-    /// Whether trying again later may succeed: the database did not answer.
-    /// A caller waits [`Timings::retry_interval`](crate::Timings::retry_interval)
-    /// before it tries again.
+    /// Whether trying again later may succeed: the database did not answer
+    /// in time, the connection failed, or the statement lost a deadlock or a
+    /// lock wait ([`DbErrorKind::is_retryable`]). A missing table, a refused
+    /// privilege or a bad name are not. A caller waits
+    /// [`Timings::retry_interval`](crate::Timings::retry_interval) before it
+    /// tries again.
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Database { .. } | Error::Timeout { .. })
+        match self {
+            Error::Database { kind, .. } => kind.is_retryable(),
+            Error::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The kind of a database failure: [`Error::Database`]'s kind, or
+    /// [`DbErrorKind::MissingTable`].
+    #[must_use]
+    pub fn db_kind(&self) -> Option<DbErrorKind> {
+        match self {
+            Error::Database { kind, .. } => Some(*kind),
+            Error::MissingTable { .. } => Some(DbErrorKind::MissingTable),
+            _ => None,
+        }
+    }
+
+    /// The error of a store call that failed, as its store classified it.
+    pub(crate) fn from_store(
+        kind: DbErrorKind,
+        op: Op,
+        name: Option<&str>,
+        source: BoxError,
+    ) -> Self {
+        let name = name.map(str::to_owned);
+        match kind {
+            DbErrorKind::MissingTable => Error::MissingTable { op, name, source },
+            kind => Error::Database {
+                op,
+                name,
+                kind,
+                source,
+            },
+        }
     }
 
     /// The cause of a loss, if this is one.
@@ -135,6 +193,62 @@ impl Error {
             name: name.to_owned(),
             cause,
         }
+    }
+}
+
+impl fmt::Debug for Error {
+    /// The message and its causes on one line, so that a `main` returning
+    /// the error prints something a person can read (never a driver's
+    /// internal structure).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", crate::hold::Chain(self))
+    }
+}
+
+/// What kind of failure a database error is, as the store's backend
+/// classifies it ([`LeaseStore::classify`](crate::LeaseStore::classify)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DbErrorKind {
+    /// The connection failed: refused, cut, the pool could not give one, the
+    /// server shutting down or out of connections. Retryable.
+    Connection,
+    /// The statement lost a deadlock, a serialization conflict or a lock
+    /// wait, or hit a server-side statement timeout. Retryable.
+    Conflict,
+    /// The lease table does not exist: run `migrate()`. Not retryable.
+    MissingTable,
+    /// The database user lacks a privilege, or the credentials were refused.
+    /// Not retryable.
+    Permission,
+    /// Any other server error (a table of the wrong shape, a constraint):
+    /// retrying the same statement will not help. Not retryable.
+    Other,
+    /// The backend could not tell: counted as retryable.
+    Unclassified,
+}
+
+impl DbErrorKind {
+    /// Whether trying again later may succeed.
+    #[must_use]
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            DbErrorKind::Connection | DbErrorKind::Conflict | DbErrorKind::Unclassified
+        )
+    }
+}
+
+impl fmt::Display for DbErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DbErrorKind::Connection => "connection failed",
+            DbErrorKind::Conflict => "lock conflict or statement timeout",
+            DbErrorKind::MissingTable => "the lease table does not exist",
+            DbErrorKind::Permission => "permission denied",
+            DbErrorKind::Other => "refused by the database",
+            DbErrorKind::Unclassified => "database error",
+        })
     }
 }
 
@@ -268,13 +382,37 @@ mod tests {
         let err = Error::Database {
             op: Op::Renew,
             name: Some("leader:api".into()),
+            kind: DbErrorKind::Connection,
             source: "connection reset".into(),
         };
-        assert_eq!(err.to_string(), r#"renewal of lease "leader:api" failed"#);
+        assert_eq!(
+            err.to_string(),
+            r#"renewal of lease "leader:api" failed (connection failed)"#
+        );
+        assert_eq!(
+            format!("{err:?}"),
+            r#"renewal of lease "leader:api" failed (connection failed): connection reset"#,
+            "Debug is the one-line chain"
+        );
         let source = std::error::Error::source(&err).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some("connection reset"));
         assert!(err.is_retryable());
         assert!(!err.is_lost());
+    }
+
+    #[test]
+    fn only_what_a_retry_can_fix_is_retryable() {
+        let err = |kind| Error::from_store(kind, Op::Claim, Some("x"), "boom".into());
+        assert!(err(DbErrorKind::Connection).is_retryable());
+        assert!(err(DbErrorKind::Conflict).is_retryable());
+        assert!(err(DbErrorKind::Unclassified).is_retryable());
+        assert!(!err(DbErrorKind::Permission).is_retryable());
+        assert!(!err(DbErrorKind::Other).is_retryable());
+        let missing = err(DbErrorKind::MissingTable);
+        assert!(matches!(missing, Error::MissingTable { .. }));
+        assert!(!missing.is_retryable());
+        assert_eq!(missing.db_kind(), Some(DbErrorKind::MissingTable));
+        assert!(missing.to_string().contains("run `migrate()`"), "{missing}");
     }
 
     #[test]

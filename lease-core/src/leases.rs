@@ -579,12 +579,17 @@ impl Leases {
         name: Option<&str>,
         call: impl Future<Output = std::result::Result<T, BoxError>>,
     ) -> Result<T> {
-        bounded(op, name, self.shared.timings.statement_timeout(), call).await
+        let bound = self.shared.timings.statement_timeout();
+        bounded(&*self.shared.store, op, name, bound, call).await
     }
 }
 
 /// Runs `call` for at most `bound`, mapping its failure to the protocol's errors.
+/// A failure is classified by `store` ([`LeaseStore::classify`]): a missing
+/// table is [`Error::MissingTable`], anything else [`Error::Database`] with
+/// its kind.
 pub(crate) async fn bounded<T>(
+    store: &dyn LeaseStore,
     op: Op,
     name: Option<&str>,
     bound: Duration,
@@ -592,11 +597,12 @@ pub(crate) async fn bounded<T>(
 ) -> Result<T> {
     match tokio::time::timeout(bound, call).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(source)) => Err(Error::Database {
+        Ok(Err(source)) => Err(Error::from_store(
+            store.classify(&*source),
             op,
-            name: name.map(str::to_owned),
+            name,
             source,
-        }),
+        )),
         Err(_) => Err(Error::Timeout {
             op,
             name: name.map(str::to_owned),
@@ -733,13 +739,14 @@ impl Handle {
         let (name, holder) = (&self.state.name, &self.state.holder);
         let renewed = match leases.batcher() {
             Some(batcher) => {
-                bounded(Op::Renew, Some(name), bound, batcher.renew(name, holder)).await?
+                let renew = batcher.renew(name, holder);
+                bounded(&**leases.store(), Op::Renew, Some(name), bound, renew).await?
             }
             None => {
                 let renew = leases
                     .store()
                     .renew(name, holder, leases.timings().lease_ms());
-                bounded(Op::Renew, Some(name), bound, renew).await?
+                bounded(&**leases.store(), Op::Renew, Some(name), bound, renew).await?
             }
         };
         if renewed {

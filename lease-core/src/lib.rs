@@ -24,7 +24,7 @@ mod testing;
 
 pub use capability::RELEASE_TIMEOUT;
 pub use context::{EndCause, LeaseContext};
-pub use error::{BoxError, Error, LostCause, NameError, Op, Result};
+pub use error::{BoxError, DbErrorKind, Error, LostCause, NameError, Op, Result};
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
 pub use leader::{

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::error::BoxError;
+use crate::error::{BoxError, DbErrorKind};
 use crate::info::LeaseInfo;
 
 /// The protocol's statements, implemented once per database.
@@ -269,6 +269,20 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// Creates the lease table if it does not exist. Idempotent, and safe
     /// when many replicas run it at once against a database without the table.
     async fn migrate(&self) -> Result<(), BoxError>;
+
+    /// What kind of failure `error`, returned by one of this store's
+    /// methods, is: whether trying again may help, and whether the table is
+    /// missing. The coordinator asks it for every `Err` it wraps, so that
+    /// [`Error::is_retryable`](crate::Error::is_retryable) is true only for
+    /// what a retry can fix, and a missing table says to run `migrate`.
+    ///
+    /// The default, [`DbErrorKind::Unclassified`], counts as retryable: a
+    /// backend that cannot tell should override it (the three in this
+    /// workspace do, by the driver's error codes).
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
+        let _ = error;
+        DbErrorKind::Unclassified
+    }
 }
 
 /// What [`LeaseStore::claim_slot`] did.
@@ -419,5 +433,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     async fn migrate(&self) -> Result<(), BoxError> {
         (**self).migrate().await
+    }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
+        (**self).classify(error)
     }
 }

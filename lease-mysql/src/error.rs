@@ -154,6 +154,37 @@ impl MySqlError {
     }
 }
 
+/// What kind of failure a statement's error is, by the server's error code:
+/// see [`LeaseStore::classify`](lease_core::LeaseStore::classify).
+pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+    use lease_core::DbErrorKind;
+
+    let driver = match error.downcast_ref::<MySqlError>() {
+        Some(MySqlError::Database(e) | MySqlError::Connect { source: e, .. }) => e,
+        Some(MySqlError::ConnectTimeout { .. }) => return DbErrorKind::Connection,
+        Some(_) => return DbErrorKind::Other,
+        None => match error.downcast_ref::<mysql_async::Error>() {
+            Some(e) => e,
+            None => return DbErrorKind::Unclassified,
+        },
+    };
+    match driver {
+        // no such table
+        mysql_async::Error::Server(e) if e.code == 1146 => DbErrorKind::MissingTable,
+        // lock wait timeout, deadlock, MariaDB / MySQL statement timeouts
+        mysql_async::Error::Server(e) if matches!(e.code, 1205 | 1213 | 1969 | 3024) => {
+            DbErrorKind::Conflict
+        }
+        // table, column, database access denied; access denied for user;
+        // a privilege (SUPER, ...) needed
+        mysql_async::Error::Server(e) if matches!(e.code, 1142 | 1143 | 1044 | 1045 | 1227) => {
+            DbErrorKind::Permission
+        }
+        e if retryable(e) => DbErrorKind::Connection,
+        _ => DbErrorKind::Other,
+    }
+}
+
 /// Connection trouble, lock waits, deadlocks and statement timeouts are
 /// worth another try; other server errors (a missing table, a refused
 /// privilege) are not.

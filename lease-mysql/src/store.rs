@@ -998,6 +998,10 @@ impl LeaseStore for MySqlStore {
     async fn migrate(&self) -> Result<(), BoxError> {
         MySqlStore::migrate(self).await.map_err(Into::into)
     }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+        crate::error::classify(error)
+    }
 }
 
 /// The columns of `get` and `list`, as the driver reads them.

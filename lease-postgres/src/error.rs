@@ -58,3 +58,50 @@ pub enum PostgresError {
     #[error("cannot connect to PostgreSQL")]
     Connect(#[source] deadpool_postgres::PoolError),
 }
+
+/// What kind of failure a statement's error is, by its SQLSTATE: see
+/// [`LeaseStore::classify`](lease_core::LeaseStore::classify).
+pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+    use lease_core::DbErrorKind;
+    use tokio_postgres::error::SqlState;
+
+    if let Some(pool) = error.downcast_ref::<deadpool_postgres::PoolError>() {
+        return match pool {
+            deadpool_postgres::PoolError::Backend(e) => classify(e),
+            _ => DbErrorKind::Connection,
+        };
+    }
+    let Some(e) = error.downcast_ref::<tokio_postgres::Error>() else {
+        return DbErrorKind::Unclassified;
+    };
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the connection failed or was closed.
+        return DbErrorKind::Connection;
+    };
+    match code {
+        c if *c == SqlState::UNDEFINED_TABLE => DbErrorKind::MissingTable,
+        c if *c == SqlState::T_R_SERIALIZATION_FAILURE
+            || *c == SqlState::T_R_DEADLOCK_DETECTED
+            || *c == SqlState::LOCK_NOT_AVAILABLE
+            || *c == SqlState::QUERY_CANCELED
+            || *c == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT =>
+        {
+            DbErrorKind::Conflict
+        }
+        c if *c == SqlState::INSUFFICIENT_PRIVILEGE
+            || *c == SqlState::INVALID_PASSWORD
+            || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            DbErrorKind::Permission
+        }
+        c if c.code().starts_with("08")
+            || *c == SqlState::ADMIN_SHUTDOWN
+            || *c == SqlState::CRASH_SHUTDOWN
+            || *c == SqlState::CANNOT_CONNECT_NOW
+            || *c == SqlState::TOO_MANY_CONNECTIONS =>
+        {
+            DbErrorKind::Connection
+        }
+        _ => DbErrorKind::Other,
+    }
+}

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use lease_core::{
-    BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
+    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
+    UnfinishedRow,
 };
 use rustls::RootCertStore;
 use tokio_postgres::NoTls;
@@ -481,6 +482,7 @@ impl PostgresStore {
             .map_err(|source| lease_core::Error::Database {
                 op: lease_core::Op::Migrate,
                 name: None,
+                kind: crate::error::classify(&*source),
                 source,
             })
     }
@@ -701,6 +703,10 @@ impl LeaseStore for PostgresStore {
 
     async fn migrate(&self) -> Result<(), BoxError> {
         schema::migrate(&self.inner.pool, &self.inner.sql).await
+    }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
+        crate::error::classify(error)
     }
 }
 

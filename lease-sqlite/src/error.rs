@@ -120,3 +120,28 @@ impl SqliteError {
         )
     }
 }
+
+/// What kind of failure a statement's error is, by SQLite's result code:
+/// see [`LeaseStore::classify`](lease_core::LeaseStore::classify).
+pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+    use lease_core::DbErrorKind;
+    use rusqlite::ErrorCode;
+
+    let Some(e) = error.downcast_ref::<rusqlite::Error>() else {
+        return DbErrorKind::Unclassified;
+    };
+    // A missing table is SQLITE_ERROR with this message, from the prepare.
+    if e.to_string().contains("no such table") {
+        return DbErrorKind::MissingTable;
+    }
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => DbErrorKind::Conflict,
+        Some(
+            ErrorCode::ReadOnly
+            | ErrorCode::PermissionDenied
+            | ErrorCode::AuthorizationForStatementDenied,
+        ) => DbErrorKind::Permission,
+        Some(ErrorCode::CannotOpen | ErrorCode::SystemIoFailure) => DbErrorKind::Connection,
+        _ => DbErrorKind::Other,
+    }
+}

@@ -884,6 +884,10 @@ impl LeaseStore for SqliteStore {
         self.run(|conn, sql| conn.execute_batch(&sql.create_table))
             .await
     }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+        crate::error::classify(error)
+    }
 }
 
 #[cfg(test)]

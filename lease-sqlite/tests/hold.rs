@@ -291,4 +291,8 @@ impl LeaseStore for Recording {
     async fn migrate(&self) -> Result<(), BoxError> {
         self.inner.migrate().await
     }
+
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
+        self.inner.classify(error)
+    }
 }

@@ -116,3 +116,31 @@ pub async fn concurrent_migrations_of_a_new_table_all_succeed(ctx: Ctx) {
 pub async fn available_on_a_reachable_database(ctx: Ctx) {
     ok(ctx.leases().available().await, "available()");
 }
+
+/// A statement on a table not yet migrated fails as a missing table, which
+/// says to run `migrate()` and is not retryable (a retry loop would spin on
+/// it forever); the backend tells it apart by its driver's error.
+pub async fn statement_on_a_missing_table_says_to_migrate_and_is_not_retried(ctx: Ctx) {
+    let store = ctx.fresh_store().await; // a table of its own, not migrated
+    let leases = Leases::from_arc(store);
+    let err = match leases.claim(&ctx.name("unmigrated")).await {
+        Err(e) => e,
+        Ok(claimed) => panic!(
+            "a claim on a table that does not exist succeeded ({claimed:?}): the factory \
+             must give a store on a fresh, missing table"
+        ),
+    };
+    assert!(
+        matches!(err, lease_core::Error::MissingTable { .. }),
+        "a claim on a missing table must be Error::MissingTable; the backend's \
+         LeaseStore::classify must return DbErrorKind::MissingTable for its driver's \
+         'no such table' error, but the claim failed with: {err}"
+    );
+    assert!(!err.is_retryable(), "a missing table is not retryable");
+    assert!(err.to_string().contains("migrate"), "{err}");
+    let get = leases.get(&ctx.name("unmigrated")).await;
+    assert!(
+        matches!(get, Err(lease_core::Error::MissingTable { .. })),
+        "a read on a missing table must be Error::MissingTable too: {get:?}"
+    );
+}
