@@ -174,6 +174,7 @@ impl Drop for Holder {
 /// The renewal loop of one held lease.
 async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
     let handle = ctx.handle();
+    let _held = crate::metrics::Held::new(handle.name());
     let timings = *handle.leases().timings();
     let mut last_attempt = handle.claimed_at();
     let mut last_success = last_attempt;
@@ -221,6 +222,7 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
 
 fn lose(ctx: &LeaseContext, cause: LostCause) {
     tracing::warn!(%cause, "lease lost");
+    crate::metrics::loss(ctx.handle().name(), cause);
     ctx.end(EndCause::Lost(cause));
 }
 

@@ -410,6 +410,7 @@ impl Leader {
             "elected leader"
         );
         self.publish(Leadership::Leading { term });
+        crate::metrics::leader(&self.name, true, "elected");
         if let Some(f) = &self.callbacks.started {
             f(term);
         }
@@ -442,6 +443,12 @@ impl Leader {
             tracing::info!(name = ?self.name, term, %reason, ?tenure, "leader stepped down");
         }
         self.publish(Leadership::Following { leader: None });
+        let label = match reason {
+            StepDown::Lost(_) => "lost",
+            StepDown::ShuttingDown => "shutting_down",
+            StepDown::WorkReturned => "work_returned",
+        };
+        crate::metrics::leader(&self.name, false, label);
         if let Some(f) = &self.callbacks.stopped {
             f(reason);
         }

@@ -277,7 +277,9 @@ impl Leases {
                     self.shared.timings.lease_ms(),
                 ),
             )
-            .await?;
+            .await;
+        crate::metrics::claim(name, claim_outcome(&claimed, Option::is_some));
+        let claimed = claimed?;
         Ok(claimed.map(|term| {
             tracing::debug!(name, term, instance = %self.shared.instance, "lease claimed");
             self.handle(name, holder, term, sent, None, None)
@@ -331,7 +333,12 @@ impl Leases {
                     self.shared.timings.lease_ms(),
                 ),
             )
-            .await?;
+            .await;
+        crate::metrics::claim(
+            name,
+            claim_outcome(&outcome, |o| matches!(o, SlotClaim::Claimed { .. })),
+        );
+        let outcome = outcome?;
         Ok(match outcome {
             SlotClaim::Refused => None,
             SlotClaim::Claimed { term, superseded } => {
@@ -435,7 +442,9 @@ impl Leases {
                     self.shared.timings.lease_ms(),
                 ),
             )
-            .await?;
+            .await;
+        crate::metrics::claim(&u.name, claim_outcome(&claimed, |c| *c));
+        let claimed = claimed?;
         Ok(claimed.then(|| {
             let term = u.term + 1;
             tracing::debug!(
@@ -581,6 +590,15 @@ impl Leases {
     ) -> Result<T> {
         let bound = self.shared.timings.statement_timeout();
         bounded(&*self.shared.store, op, name, bound, call).await
+    }
+}
+
+/// The `outcome` label of a claim's metric.
+fn claim_outcome<T>(result: &Result<T>, claimed: impl Fn(&T) -> bool) -> &'static str {
+    match result {
+        Ok(value) if claimed(value) => "claimed",
+        Ok(_) => "refused",
+        Err(_) => "error",
     }
 }
 
@@ -735,6 +753,23 @@ impl Handle {
     /// [`renew`](Handle::renew), bounded by `bound` instead of the statement
     /// timeout.
     pub(crate) async fn renew_within(&self, bound: Duration) -> Result<()> {
+        let name = &self.state.name;
+        let started = Instant::now();
+        let renewed = self.renew_bounded(bound).await;
+        let outcome = match &renewed {
+            Ok(true) => "renewed",
+            Ok(false) => "lost",
+            Err(_) => "error",
+        };
+        crate::metrics::renewal(outcome, started.elapsed());
+        if renewed? {
+            Ok(())
+        } else {
+            Err(Error::lost(name, LostCause::NotHolder))
+        }
+    }
+
+    async fn renew_bounded(&self, bound: Duration) -> Result<bool> {
         let leases = &self.state.leases;
         let (name, holder) = (&self.state.name, &self.state.holder);
         let renewed = match leases.batcher() {
@@ -749,11 +784,7 @@ impl Handle {
                 bounded(&**leases.store(), Op::Renew, Some(name), bound, renew).await?
             }
         };
-        if renewed {
-            Ok(())
-        } else {
-            Err(Error::lost(&self.state.name, LostCause::NotHolder))
-        }
+        Ok(renewed)
     }
 
     /// Checks with the database that this holder still holds the name, and

@@ -10,6 +10,7 @@ mod info;
 mod leader;
 mod leases;
 mod lock;
+pub mod metrics;
 mod name;
 mod run;
 mod store;

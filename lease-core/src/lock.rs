@@ -161,6 +161,17 @@ impl Lock {
         self.run_waiting_until(Some(Instant::now()), work).await
     }
 
+    /// Counts the call's outcome in `lease_lock_runs_total`.
+    fn counted<T>(result: Result<T, LockError<T>>) -> Result<T, LockError<T>> {
+        crate::metrics::lock_run(match &result {
+            Ok(_) => "ran",
+            Err(LockError::Held { .. }) => "held",
+            Err(LockError::Lost { .. }) => "lost",
+            Err(_) => "error",
+        });
+        result
+    }
+
     /// Runs `work` under the lock, waiting for it as long as it takes:
     /// while another replica holds it, the claim is tried again every
     /// [`retry_interval`](crate::Timings::retry_interval) plus a random
@@ -210,6 +221,19 @@ impl Lock {
     }
 
     async fn run_waiting_until<F, Fut, T>(
+        &self,
+        deadline: Option<Instant>,
+        work: F,
+    ) -> Result<T, LockError<T>>
+    where
+        F: FnOnce(LeaseContext) -> Fut,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        Self::counted(self.claim_and_run(deadline, work).await)
+    }
+
+    async fn claim_and_run<F, Fut, T>(
         &self,
         deadline: Option<Instant>,
         work: F,
