@@ -104,8 +104,10 @@ Examples:
     /// until Ctrl-C.
     #[command(after_help = "\
 Polls the lease every --interval ms and prints a line when its holder, term or
-state changed: the first line is the lease as found. A poll that fails prints
-the error on stderr and the watch goes on.
+state changed: the first line is the lease as found. The term grows by one at
+each change of hands, so when a lease changed hands more than once between
+two reads the line says how many changes it did not see (terms_skipped in
+JSON). A poll that fails prints the error on stderr and the watch goes on.
 
 Examples:
   lease watch leader:billing
@@ -315,19 +317,41 @@ fn key(info: Option<&LeaseInfo>) -> Option<(String, u64, LeaseState)> {
     info.map(|i| (i.instance.clone(), i.term, i.state()))
 }
 
-fn watch_line(name: &str, info: Option<&LeaseInfo>, json: bool) -> String {
+/// The line `watch` prints for a lease read. `skipped` counts the changes
+/// of hands that happened between two reads and so were not seen: the term
+/// grows by one at each.
+fn watch_line(name: &str, info: Option<&LeaseInfo>, skipped: u64, json: bool) -> String {
     match (info, json) {
-        (Some(info), true) => output::json(info).to_string(),
+        (Some(info), true) => {
+            let mut v = output::json(info);
+            if let Some(object) = v.as_object_mut() {
+                object.insert("terms_skipped".to_owned(), skipped.into());
+            }
+            v.to_string()
+        }
+        (Some(info), false) if skipped > 0 => format!(
+            "{} {info} [{skipped} earlier change(s) of hands between two reads]",
+            rfc3339(info.now_ms)
+        ),
         (Some(info), false) => format!("{} {info}", rfc3339(info.now_ms)),
         (None, true) => serde_json::json!({ "name": name, "state": "absent" }).to_string(),
-        (None, false) => format!("{:?} does not exist", name),
+        (None, false) => format!("{name:?} does not exist"),
+    }
+}
+
+/// How many terms began and ended unseen between `before` and `now`.
+fn skipped(before: Option<&(String, u64, LeaseState)>, now: Option<&LeaseInfo>) -> u64 {
+    match (before, now) {
+        (Some((_, term, _)), Some(now)) => now.term.saturating_sub(*term).saturating_sub(1),
+        (None, Some(now)) => now.term.saturating_sub(1),
+        (_, None) => 0,
     }
 }
 
 async fn watch(db: &Db, name: &str, interval: Duration, json: bool) -> Result<(), Exit> {
     // The first read must work: a missing table or a bad name ends the watch.
     let first = db.leases.get(name).await?;
-    say!("{}", watch_line(name, first.as_ref(), json));
+    say!("{}", watch_line(name, first.as_ref(), 0, json));
     let mut last = key(first.as_ref());
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -343,7 +367,8 @@ async fn watch(db: &Db, name: &str, interval: Duration, json: bool) -> Result<()
             Ok(info) => {
                 let now = key(info.as_ref());
                 if now != last {
-                    say!("{}", watch_line(name, info.as_ref(), json));
+                    let skipped = skipped(last.as_ref(), info.as_ref());
+                    say!("{}", watch_line(name, info.as_ref(), skipped, json));
                     last = now;
                 }
             }
@@ -500,8 +525,47 @@ async fn check(db: &Db) -> Result<(), Exit> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
     use clap::CommandFactory;
+
+    fn info(term: u64) -> LeaseInfo {
+        LeaseInfo {
+            name: "leader:x".to_owned(),
+            instance: "web-2".to_owned(),
+            term,
+            expires_at_ms: 2_000,
+            now_ms: 1_000,
+            slot_ms: 0,
+            unfinished_slot_ms: 0,
+            rerun_slot_ms: 0,
+        }
+    }
+
+    #[test]
+    fn watch_counts_the_changes_of_hands_it_did_not_see() {
+        let seen = Some(("web-1".to_owned(), 3, LeaseState::Held));
+        assert_eq!(skipped(seen.as_ref(), Some(&info(4))), 0);
+        assert_eq!(skipped(seen.as_ref(), Some(&info(6))), 2);
+        assert_eq!(
+            skipped(seen.as_ref(), Some(&info(3))),
+            0,
+            "released, same term"
+        );
+        assert_eq!(skipped(None, Some(&info(1))), 0, "the first claim");
+        assert_eq!(skipped(None, Some(&info(5))), 4);
+        assert_eq!(skipped(seen.as_ref(), None), 0);
+        let line = watch_line("leader:x", Some(&info(6)), 2, false);
+        assert!(
+            line.ends_with("[2 earlier change(s) of hands between two reads]"),
+            "{line}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&watch_line("leader:x", Some(&info(6)), 2, true)).unwrap();
+        assert_eq!(v["terms_skipped"], 2);
+        assert_eq!(v["term"], 6);
+    }
 
     #[test]
     fn the_cli_is_well_formed() {

@@ -159,7 +159,7 @@ pub(crate) fn table(infos: &[LeaseInfo]) -> String {
 pub(crate) fn detail(info: &LeaseInfo) -> String {
     let mut out = String::new();
     let mut field = |key: &str, value: &str| {
-        let _ = writeln!(out, "{key:<19}{value}");
+        let _ = writeln!(out, "{key:<20}{value}");
     };
     field("name:", &escape(&info.name));
     field("state:", &info.state().to_string());

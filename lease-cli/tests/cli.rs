@@ -277,6 +277,7 @@ async fn watch_prints_each_change_of_hands(url: &str) {
         (Some("replica-a"), Some(1))
     );
     assert_eq!(seen["state"], "held");
+    assert_eq!(seen["terms_skipped"], 0);
     // Each change waits for its line before the next, so none is missed
     // between two polls.
     first.release().await.unwrap();
