@@ -188,6 +188,7 @@ impl Backend {
 }
 
 /// The privileges a coordinator needs on the table.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const NEEDED: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
 
 #[cfg(feature = "postgres")]

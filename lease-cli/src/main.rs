@@ -254,7 +254,17 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             message: format!("no database: pass --url or set {}", lease::ENV_VAR),
         });
     };
-    let db = db::open(&url).await?;
+    let db = match db::open(&url).await {
+        Ok(db) => db,
+        // The facade names its own feature; this binary's has the same name.
+        Err(lease::ConnectError::FeatureDisabled { scheme, feature }) => {
+            return Err(Exit::error(format!(
+                "{scheme} URLs need a `lease` built with the `{feature}` feature \
+                 (cargo install lease-cli --features {feature})"
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
     match cli.command {
         Command::Ls {
             prefix,

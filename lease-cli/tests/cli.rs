@@ -375,6 +375,7 @@ fn sqlite_db() -> Option<Db> {
     })
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn server_db(var: &str) -> Option<Db> {
     lease_conformance::env_url(var).map(|url| Db { url, _dir: None })
 }
@@ -441,6 +442,7 @@ async fn a_connection_error_is_one_line_without_the_password() {
     );
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn a_closed_stdout_ends_ls_quietly() {
     let dir = tempfile::tempdir().unwrap();
@@ -479,6 +481,7 @@ async fn a_closed_stdout_ends_ls_quietly() {
     );
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn a_missing_table_fails_with_the_cause() {
     let dir = tempfile::tempdir().unwrap();
@@ -489,5 +492,17 @@ async fn a_missing_table_fails_with_the_cause() {
         stdout(&out).contains("table       FAILED") && stdout(&out).contains("lease migrate"),
         "{}",
         stdout(&out)
+    );
+}
+
+#[cfg(not(feature = "mysql"))]
+#[tokio::test]
+async fn a_backend_left_out_of_the_build_names_the_feature() {
+    let out = lease("mariadb://app@db/app", &["ls"]).await;
+    assert_code(&out, 1);
+    assert!(
+        stderr(&out).contains("built with the `mysql` feature"),
+        "{}",
+        stderr(&out)
     );
 }
