@@ -483,16 +483,31 @@ async fn a_closed_stdout_ends_ls_quietly() {
 
 #[cfg(feature = "sqlite")]
 #[tokio::test]
-async fn a_missing_table_fails_with_the_cause() {
+async fn check_fails_until_migrate_creates_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("empty.db").display());
-    let out = lease(&url, &["check"]).await;
+    // --url, with nothing in the environment.
+    let run = async |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .args(["--url", &url])
+            .env_remove("LEASE_DATABASE_URL")
+            .output()
+            .await
+            .unwrap()
+    };
+    let out = run(&["check"]).await;
     assert_code(&out, 1);
     assert!(
         stdout(&out).contains("table       FAILED") && stdout(&out).contains("lease migrate"),
         "{}",
         stdout(&out)
     );
+    assert_code(&run(&["migrate"]).await, 0);
+    let out = run(&["check"]).await;
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("table       ok"), "{}", stdout(&out));
+    assert_code(&run(&["migrate"]).await, 0);
 }
 
 #[cfg(not(feature = "mysql"))]
