@@ -381,3 +381,85 @@ mod sqlite {
         .await?
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(10);
+
+    fn unique(case: &str) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!("cli-unit:{case}:{:x}{:x}", std::process::id(), nanos)
+    }
+
+    /// The forced release frees only the term it is given, and only while
+    /// it is held: a lease that changed hands since it was read is left to
+    /// its new holder.
+    async fn frees_only_the_term_read(url: &str) {
+        let db = open(url).await.unwrap();
+        db.leases.migrate().await.unwrap();
+        let name = unique("term");
+        let a = db.leases.clone().with_instance("replica-a");
+        let first = a.claim(&name).await.unwrap().unwrap();
+        first.release().await.unwrap();
+        let second = a.claim(&name).await.unwrap().unwrap();
+        assert_eq!(second.term(), 2);
+
+        let stale = db.backend.force_release(&name, 1, BOUND).await.unwrap();
+        assert_eq!(stale, Forced::NotHeld, "term 1 is over");
+        second.verify().await.expect("term 2 is left to its holder");
+
+        let freed = db.backend.force_release(&name, 2, BOUND).await.unwrap();
+        assert_eq!(freed, Forced::Freed);
+        assert!(second.verify().await.unwrap_err().is_lost());
+        let again = db.backend.force_release(&name, 2, BOUND).await.unwrap();
+        assert_eq!(again, Forced::NotHeld, "a free lease is not freed twice");
+        let missing = db
+            .backend
+            .force_release(&format!("{name}-missing"), 1, BOUND)
+            .await
+            .unwrap();
+        assert_eq!(missing, Forced::NotHeld);
+        let third = a.claim(&name).await.unwrap().expect("free");
+        assert_eq!(third.term(), 3);
+        third.release().await.unwrap();
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_frees_only_the_term_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+        frees_only_the_term_read(&url).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_frees_only_the_term_read() {
+        if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
+            frees_only_the_term_read(&url).await;
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test]
+    async fn mysql_frees_only_the_term_read() {
+        if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
+            frees_only_the_term_read(&url).await;
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn an_in_memory_database_has_nothing_to_release() {
+        let db = open("sqlite::memory:").await.unwrap();
+        let err = db.backend.force_release("x", 1, BOUND).await.unwrap_err();
+        assert!(err.to_string().contains("in-memory"), "{err}");
+    }
+}
