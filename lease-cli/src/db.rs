@@ -1,0 +1,465 @@
+//! The database behind a URL: the coordinator, plus the backend's own store
+//! for the few statements the protocol has no method for (the forced
+//! release, the server version, the privileges).
+
+use std::time::Duration;
+
+use lease::{BoxError, ConnectError, Leases};
+
+/// A coordinator and the backend store it runs on.
+pub(crate) struct Db {
+    pub(crate) leases: Leases,
+    pub(crate) backend: Backend,
+}
+
+/// The backend store, kept beside the coordinator (which only holds it as
+/// `dyn LeaseStore`) for the statements of this tool alone.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    #[cfg(feature = "sqlite")]
+    Sqlite(lease::sqlite::SqliteStore),
+    #[cfg(feature = "postgres")]
+    Postgres(lease::postgres::PostgresStore),
+    #[cfg(feature = "mysql")]
+    MySql(lease::mysql::MySqlStore),
+}
+
+/// What a forced release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forced {
+    /// The lease of that term was held and is now free.
+    Freed,
+    /// No held lease of that term: it changed hands, expired or was released
+    /// since it was read.
+    NotHeld,
+}
+
+/// What could be told of the privileges on the lease table, without
+/// writing.
+pub(crate) struct Privileges {
+    /// What was checked, for the operator.
+    pub(crate) how: &'static str,
+    /// The privileges found missing, by name.
+    pub(crate) missing: Vec<&'static str>,
+    /// Whether a missing privilege is certain (`false`: it may come through
+    /// a route the check does not follow).
+    pub(crate) conclusive: bool,
+}
+
+/// Opens the store a URL names, as [`lease::connect`] does, keeping the
+/// backend store.
+pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
+    let scheme = url
+        .split_once(':')
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    let backend = match scheme.as_str() {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Backend::Sqlite(lease::sqlite::SqliteStore::connect(url).map_err(|e| {
+            ConnectError::Backend {
+                backend: "sqlite",
+                source: Box::new(e),
+            }
+        })?),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Backend::Postgres(
+            lease::postgres::PostgresStore::connect(url)
+                .await
+                .map_err(|e| ConnectError::Backend {
+                    backend: "postgres",
+                    source: Box::new(e),
+                })?,
+        ),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => {
+            Backend::MySql(lease::mysql::MySqlStore::connect(url).await.map_err(|e| {
+                ConnectError::Backend {
+                    backend: "mysql",
+                    source: Box::new(e),
+                }
+            })?)
+        }
+        // A scheme this build has no backend for, or none at all: the facade
+        // says which (a disabled feature, an unsupported or unknown database).
+        _ => {
+            return Err(lease::connect_store(url)
+                .await
+                .err()
+                .unwrap_or(ConnectError::UnknownScheme { scheme }));
+        }
+    };
+    let leases = match &backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite(s) => Leases::new(s.clone()),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(s) => Leases::new(s.clone()),
+        #[cfg(feature = "mysql")]
+        Backend::MySql(s) => Leases::new(s.clone()),
+    };
+    Ok(Db { leases, backend })
+}
+
+impl Backend {
+    /// `sqlite`, `postgres` or `mysql`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "postgres",
+            #[cfg(feature = "mysql")]
+            Backend::MySql(_) => "mysql",
+        }
+    }
+
+    /// The lease table, as the backend names it.
+    pub(crate) fn table(&self) -> String {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(s) => s.table().to_owned(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => s.table().to_owned(),
+            #[cfg(feature = "mysql")]
+            Backend::MySql(s) => s.table().replace('`', ""),
+        }
+    }
+
+    /// Frees `name`'s lease if it is held at `term`, by the database clock,
+    /// in one statement:
+    ///
+    /// ```sql
+    /// UPDATE t SET expires_at_ms = 0
+    ///  WHERE name = :name AND term = :term AND expires_at_ms > :now
+    /// ```
+    ///
+    /// The holder learns of it at its next renewal (which finds the lease
+    /// gone) and steps down; the next claim takes term + 1.
+    pub(crate) async fn force_release(
+        &self,
+        name: &str,
+        term: u64,
+        bound: Duration,
+    ) -> Result<Forced, BoxError> {
+        let freed = tokio::time::timeout(bound, self.force_release_unbounded(name, term))
+            .await
+            .map_err(|_| format!("the forced release got no answer within {bound:?}"))??;
+        Ok(if freed {
+            Forced::Freed
+        } else {
+            Forced::NotHeld
+        })
+    }
+
+    async fn force_release_unbounded(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(s) => sqlite::force_release(s, name, term).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => postgres::force_release(s, name, term).await,
+            #[cfg(feature = "mysql")]
+            Backend::MySql(s) => mysql::force_release(s, name, term).await,
+        }
+    }
+
+    /// The server's version, as it reports it.
+    pub(crate) async fn version(&self) -> Result<String, BoxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(_) => Ok(format!("SQLite {}", lease::sqlite::rusqlite::version())),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => postgres::version(s).await,
+            #[cfg(feature = "mysql")]
+            Backend::MySql(s) => mysql::version(s).await,
+        }
+    }
+
+    /// What can be told, without writing, of the privileges the protocol
+    /// needs on the table: SELECT, INSERT and UPDATE.
+    pub(crate) async fn privileges(&self) -> Result<Privileges, BoxError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(s) => sqlite::privileges(s).await,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(s) => postgres::privileges(s).await,
+            #[cfg(feature = "mysql")]
+            Backend::MySql(s) => mysql::privileges(s).await,
+        }
+    }
+}
+
+/// The privileges a coordinator needs on the table.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const NEEDED: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use lease::BoxError;
+    use lease::postgres::PostgresStore;
+
+    use super::{NEEDED, Privileges};
+
+    /// The table name quoted as lease-postgres quotes it: `schema.table` or
+    /// `table`, each part in double quotes. The store validated it (ASCII
+    /// letters, digits and underscores only).
+    fn quoted(store: &PostgresStore) -> String {
+        store
+            .table()
+            .split('.')
+            .map(|part| format!("\"{part}\""))
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    pub(super) async fn force_release(
+        store: &PostgresStore,
+        name: &str,
+        term: u64,
+    ) -> Result<bool, BoxError> {
+        let sql = format!(
+            "WITH now AS MATERIALIZED \
+                  (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms) \
+             UPDATE {} AS l SET expires_at_ms = 0 FROM now \
+              WHERE l.name = $1::text AND l.term = $2::bigint AND l.expires_at_ms > now.ms",
+            quoted(store)
+        );
+        let term = i64::try_from(term)?;
+        let client = store.pool().get().await?;
+        Ok(client.execute(&sql, &[&name, &term]).await? == 1)
+    }
+
+    pub(super) async fn version(store: &PostgresStore) -> Result<String, BoxError> {
+        let client = store.pool().get().await?;
+        let row = client.query_one("SHOW server_version", &[]).await?;
+        Ok(format!("PostgreSQL {}", row.try_get::<_, String>(0)?))
+    }
+
+    pub(super) async fn privileges(store: &PostgresStore) -> Result<Privileges, BoxError> {
+        let client = store.pool().get().await?;
+        let row = client
+            .query_one(
+                "SELECT has_table_privilege($1::text, 'SELECT'), \
+                        has_table_privilege($1::text, 'INSERT'), \
+                        has_table_privilege($1::text, 'UPDATE')",
+                &[&quoted(store)],
+            )
+            .await?;
+        let mut missing = Vec::new();
+        for (i, privilege) in NEEDED.into_iter().enumerate() {
+            if !row.try_get::<_, bool>(i)? {
+                missing.push(privilege);
+            }
+        }
+        Ok(Privileges {
+            how: "has_table_privilege() for the current role, roles it inherits included",
+            missing,
+            conclusive: true,
+        })
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use lease::BoxError;
+    use lease::mysql::MySqlStore;
+    use lease::mysql::mysql_async::prelude::Queryable;
+
+    use super::{NEEDED, Privileges};
+
+    /// The server's clock in UTC ms, as lease-mysql reads it.
+    const NOW_MS: &str = "(UNIX_TIMESTAMP() * 1000 + MICROSECOND(NOW(3)) DIV 1000)";
+
+    pub(super) async fn force_release(
+        store: &MySqlStore,
+        name: &str,
+        term: u64,
+    ) -> Result<bool, BoxError> {
+        // `table()` is the validated name, quoted as the store's statements
+        // use it.
+        let sql = format!(
+            "UPDATE {} SET expires_at_ms = 0 WHERE name = ? AND term = ? AND expires_at_ms > {NOW_MS}",
+            store.table()
+        );
+        let mut conn = store.pool().get_conn().await?;
+        conn.exec_drop(sql, (name, term)).await?;
+        // The write changes the expiry of a held lease (> now) to 0, so the
+        // count is 1 whatever CLIENT_FOUND_ROWS says.
+        Ok(conn.affected_rows() == 1)
+    }
+
+    pub(super) async fn version(store: &MySqlStore) -> Result<String, BoxError> {
+        let mut conn = store.pool().get_conn().await?;
+        let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+        Ok(version.unwrap_or_default())
+    }
+
+    pub(super) async fn privileges(store: &MySqlStore) -> Result<Privileges, BoxError> {
+        let unquoted = store.table().replace('`', "");
+        let (schema, table) = match unquoted.split_once('.') {
+            Some((schema, table)) => (Some(schema.to_owned()), table.to_owned()),
+            None => (None, unquoted),
+        };
+        // The grantee as information_schema writes it: 'user'@'host'.
+        let sql = "SELECT DISTINCT PRIVILEGE_TYPE FROM ( \
+              SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
+              UNION ALL SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES \
+                 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
+              UNION ALL SELECT GRANTEE, PRIVILEGE_TYPE FROM information_schema.TABLE_PRIVILEGES \
+                 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
+            ) AS p \
+            WHERE GRANTEE = CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', \
+                                   SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')";
+        let mut conn = store.pool().get_conn().await?;
+        let granted: Vec<String> = conn.exec(sql, (schema.clone(), schema, table)).await?;
+        let has = |p: &str| {
+            granted
+                .iter()
+                .any(|g| g.eq_ignore_ascii_case(p) || g.eq_ignore_ascii_case("ALL PRIVILEGES"))
+        };
+        Ok(Privileges {
+            how: "the grants of CURRENT_USER() on the server, the database and the table \
+                  (information_schema; roles are not followed)",
+            missing: NEEDED.into_iter().filter(|p| !has(p)).collect(),
+            conclusive: false,
+        })
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use lease::BoxError;
+    use lease::sqlite::SqliteStore;
+    use lease::sqlite::rusqlite::{Connection, MAIN_DB};
+
+    use super::Privileges;
+
+    /// Another connection to the store's file: SQLite has no server, so
+    /// this tool writes the file as any process sharing it does.
+    fn connection(store: &SqliteStore) -> Result<Connection, BoxError> {
+        let Some(path) = store.path() else {
+            return Err("an in-memory SQLite database is private to this process".into());
+        };
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(lease::sqlite::DEFAULT_BUSY_TIMEOUT)?;
+        Ok(conn)
+    }
+
+    pub(super) async fn force_release(
+        store: &SqliteStore,
+        name: &str,
+        term: u64,
+    ) -> Result<bool, BoxError> {
+        // `table()` is validated (ASCII letters, digits, underscores).
+        let sql = format!(
+            "UPDATE \"{}\" SET expires_at_ms = 0 WHERE name = ?1 AND term = ?2 \
+               AND expires_at_ms > CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
+            store.table()
+        );
+        let (store, name, term) = (store.clone(), name.to_owned(), i64::try_from(term)?);
+        tokio::task::spawn_blocking(move || {
+            let conn = connection(&store)?;
+            let changed = conn.execute(&sql, (name, term))?;
+            Ok(changed == 1)
+        })
+        .await?
+    }
+
+    pub(super) async fn privileges(store: &SqliteStore) -> Result<Privileges, BoxError> {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = connection(&store)?;
+            let read_only = conn.is_readonly(MAIN_DB)?;
+            Ok(Privileges {
+                how: "whether the database file opens for writing",
+                missing: if read_only {
+                    vec!["INSERT", "UPDATE"]
+                } else {
+                    Vec::new()
+                },
+                conclusive: true,
+            })
+        })
+        .await?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(10);
+
+    fn unique(case: &str) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!("cli-unit:{case}:{:x}{:x}", std::process::id(), nanos)
+    }
+
+    /// The forced release frees only the term it is given, and only while
+    /// it is held: a lease that changed hands since it was read is left to
+    /// its new holder.
+    async fn frees_only_the_term_read(url: &str) {
+        let db = open(url).await.unwrap();
+        db.leases.migrate().await.unwrap();
+        let name = unique("term");
+        let a = db.leases.clone().with_instance("replica-a");
+        let first = a.claim(&name).await.unwrap().unwrap();
+        first.release().await.unwrap();
+        let second = a.claim(&name).await.unwrap().unwrap();
+        assert_eq!(second.term(), 2);
+
+        let stale = db.backend.force_release(&name, 1, BOUND).await.unwrap();
+        assert_eq!(stale, Forced::NotHeld, "term 1 is over");
+        second.verify().await.expect("term 2 is left to its holder");
+
+        let freed = db.backend.force_release(&name, 2, BOUND).await.unwrap();
+        assert_eq!(freed, Forced::Freed);
+        assert!(second.verify().await.unwrap_err().is_lost());
+        let again = db.backend.force_release(&name, 2, BOUND).await.unwrap();
+        assert_eq!(again, Forced::NotHeld, "a free lease is not freed twice");
+        let missing = db
+            .backend
+            .force_release(&format!("{name}-missing"), 1, BOUND)
+            .await
+            .unwrap();
+        assert_eq!(missing, Forced::NotHeld);
+        let third = a.claim(&name).await.unwrap().expect("free");
+        assert_eq!(third.term(), 3);
+        third.release().await.unwrap();
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_frees_only_the_term_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+        frees_only_the_term_read(&url).await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_frees_only_the_term_read() {
+        if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
+            frees_only_the_term_read(&url).await;
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test]
+    async fn mysql_frees_only_the_term_read() {
+        if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
+            frees_only_the_term_read(&url).await;
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn an_in_memory_database_has_nothing_to_release() {
+        let db = open("sqlite::memory:").await.unwrap();
+        let err = db.backend.force_release("x", 1, BOUND).await.unwrap_err();
+        assert!(err.to_string().contains("in-memory"), "{err}");
+    }
+}

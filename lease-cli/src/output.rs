@@ -1,0 +1,330 @@
+//! What the commands print: RFC 3339 times, escaped names, the table and the
+//! JSON objects.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use lease::{LeaseInfo, LeaseState};
+use serde_json::{Value, json};
+
+/// `ms` UTC milliseconds since the epoch as RFC 3339 in UTC, to the
+/// millisecond: `2026-12-01T09:14:03.250Z`.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let in_day = ms.rem_euclid(86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s, milli) = (
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1_000 % 60,
+        in_day % 1_000,
+    );
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
+/// The proleptic Gregorian date `days` days after 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// A name or instance id fit for one cell of a table: as it is when it is
+/// plain (printable, no space, no quote, no backslash), else quoted with
+/// Rust's escapes, so that a control character cannot move the cursor or
+/// forge a line, and a space cannot fake a column.
+pub(crate) fn escape(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| !c.is_control() && !c.is_whitespace() && c != '"' && c != '\\');
+    if plain {
+        s.to_owned()
+    } else {
+        format!("{s:?}")
+    }
+}
+
+/// `12.3s`, `450ms`, `2m05s`, `1h02m`.
+pub(crate) fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{}.{}s", ms / 1_000, ms % 1_000 / 100)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, ms / 1_000 % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60)
+    }
+}
+
+fn instant(ms: Option<i64>) -> Value {
+    ms.map_or(Value::Null, |ms| Value::String(rfc3339(ms)))
+}
+
+/// One lease as the JSON object `ls --json`, `show --json` and
+/// `watch --json` print (the fields are listed in the README).
+pub(crate) fn json(info: &LeaseInfo) -> Value {
+    let expires = info.expires_at().map(|t| t.as_millis());
+    let last = info.last_slot().map(|t| t.as_millis());
+    let unfinished = info.unfinished_slot().map(|t| t.as_millis());
+    let rerun = (info.rerun_slot_ms != 0).then_some(info.rerun_slot_ms);
+    json!({
+        "name": info.name,
+        "state": info.state().to_string(),
+        "instance": info.instance,
+        "term": info.term,
+        "time_left_ms": u64::try_from(info.time_left().as_millis()).unwrap_or(u64::MAX),
+        "expires_at": instant(expires),
+        "expires_at_ms": expires,
+        "last_instant": instant(last),
+        "last_instant_ms": last,
+        "unfinished_instant": instant(unfinished),
+        "unfinished_instant_ms": unfinished,
+        "rerun_instant": instant(rerun),
+        "rerun_instant_ms": rerun,
+        "db_now": rfc3339(info.now_ms),
+        "db_now_ms": info.now_ms,
+    })
+}
+
+/// The time left for the table: `-` when the lease is not held.
+fn left(info: &LeaseInfo) -> String {
+    match info.state() {
+        LeaseState::Held => duration(info.time_left()),
+        LeaseState::Expired | LeaseState::Released => "-".to_owned(),
+    }
+}
+
+/// The last instant for the table: `-` when none, marked `(unfinished)`
+/// while its round has not run to its end.
+fn last_instant(info: &LeaseInfo) -> String {
+    match (info.last_slot(), info.unfinished_slot()) {
+        (None, _) => "-".to_owned(),
+        (Some(t), None) => rfc3339(t.as_millis()),
+        (Some(t), Some(_)) => format!("{} (unfinished)", rfc3339(t.as_millis())),
+    }
+}
+
+/// The leases as a table for people, a header first, columns padded.
+pub(crate) fn table(infos: &[LeaseInfo]) -> String {
+    let header = ["NAME", "STATE", "INSTANCE", "TERM", "LEFT", "LAST INSTANT"].map(str::to_owned);
+    let rows: Vec<[String; 6]> = infos
+        .iter()
+        .map(|i| {
+            [
+                escape(&i.name),
+                i.state().to_string(),
+                escape(&i.instance),
+                i.term.to_string(),
+                left(i),
+                last_instant(i),
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else if i == 3 {
+                // The term is a number: right-aligned.
+                let _ = write!(line, "{cell:>w$}  ");
+            } else {
+                let _ = write!(line, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One lease in detail, a field a line, for `show`.
+pub(crate) fn detail(info: &LeaseInfo) -> String {
+    let mut out = String::new();
+    let mut field = |key: &str, value: &str| {
+        let _ = writeln!(out, "{key:<20}{value}");
+    };
+    field("name:", &escape(&info.name));
+    field("state:", &info.state().to_string());
+    field("instance:", &escape(&info.instance));
+    field("term:", &info.term.to_string());
+    field("time left:", &left(info));
+    let expires = info
+        .expires_at()
+        .map_or_else(|| "- (released)".to_owned(), |t| rfc3339(t.as_millis()));
+    field("expires at:", &expires);
+    let instant = |ms: Option<i64>| ms.map_or_else(|| "-".to_owned(), rfc3339);
+    field(
+        "last instant:",
+        &instant(info.last_slot().map(|t| t.as_millis())),
+    );
+    field(
+        "unfinished instant:",
+        &instant(info.unfinished_slot().map(|t| t.as_millis())),
+    );
+    field(
+        "rerun instant:",
+        &instant((info.rerun_slot_ms != 0).then_some(info.rerun_slot_ms)),
+    );
+    field("database now:", &rfc3339(info.now_ms));
+    out
+}
+
+/// The cause chain of an error on one line: `e: source: source ...`.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        // Some errors repeat their source's message in their own: once is
+        // enough.
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    // One line, whatever a driver put in its message.
+    out.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str, expires_at_ms: i64, slot_ms: i64, unfinished: i64) -> LeaseInfo {
+        LeaseInfo {
+            name: name.to_owned(),
+            instance: "web-1".to_owned(),
+            term: 12,
+            expires_at_ms,
+            now_ms: 1_000_000,
+            slot_ms,
+            unfinished_slot_ms: unfinished,
+            rerun_slot_ms: 0,
+        }
+    }
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn rfc3339_agrees_with_every_day_of_four_centuries() {
+        // Walk day by day from 1970 and check the date moves as a calendar does.
+        let (mut y, mut m, mut d) = (1970, 1, 1);
+        for days in 0..146_097 {
+            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
+            let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+            let month_len = match m {
+                2 if leap => 29,
+                2 => 28,
+                4 | 6 | 9 | 11 => 30,
+                _ => 31,
+            };
+            d += 1;
+            if d > month_len {
+                d = 1;
+                m += 1;
+                if m > 12 {
+                    m = 1;
+                    y += 1;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plain_names_stay_plain_and_others_are_escaped() {
+        assert_eq!(escape("leader:billing"), "leader:billing");
+        assert_eq!(escape("a\nb"), r#""a\nb""#);
+        assert_eq!(escape("a b"), r#""a b""#);
+        assert_eq!(escape("\u{1b}[2J"), r#""\u{1b}[2J""#);
+        assert_eq!(escape(""), r#""""#);
+        assert_eq!(escape("é"), "é");
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(duration(Duration::from_millis(450)), "450ms");
+        assert_eq!(duration(Duration::from_millis(12_345)), "12.3s");
+        assert_eq!(duration(Duration::from_secs(125)), "2m05s");
+        assert_eq!(duration(Duration::from_secs(3_720)), "1h02m");
+    }
+
+    #[test]
+    fn table_has_one_line_per_lease_whatever_the_names_hold() {
+        let rows = [
+            info("a\nfake-row held", 1_015_000, 0, 0),
+            info("job:nightly", 0, 950_400, 950_400),
+        ];
+        let out = table(&rows);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("NAME"), "{out}");
+        assert!(lines[1].starts_with(r#""a\nfake-row held"  held"#), "{out}");
+        assert!(lines[1].contains("15.0s"), "{out}");
+        assert!(
+            lines[2].ends_with("1970-01-01T00:15:50.400Z (unfinished)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn json_of_a_released_scheduler_row() {
+        let v = json(&info("job:x", 0, 950_400, 0));
+        assert_eq!(v["state"], "released");
+        assert_eq!(v["term"], 12);
+        assert_eq!(v["time_left_ms"], 0);
+        assert_eq!(v["expires_at"], Value::Null);
+        assert_eq!(v["last_instant"], "1970-01-01T00:15:50.400Z");
+        assert_eq!(v["last_instant_ms"], 950_400);
+        assert_eq!(v["unfinished_instant"], Value::Null);
+    }
+
+    #[test]
+    fn chain_is_one_line_with_every_cause() {
+        #[derive(Debug)]
+        struct E(&'static str, Option<Box<E>>);
+        impl std::fmt::Display for E {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let e = E(
+            "get of lease \"x\" failed",
+            Some(Box::new(E(
+                "db error",
+                Some(Box::new(E("line\nbreak", None))),
+            ))),
+        );
+        assert_eq!(chain(&e), "get of lease \"x\" failed: db error: line break");
+    }
+}
