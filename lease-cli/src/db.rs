@@ -1,8 +1,6 @@
 //! The database behind a URL: the coordinator, plus the backend's own store
-//! for the few statements the protocol has no method for (the forced
-//! release, the server version, the privileges).
-
-use std::time::Duration;
+//! for the few statements the protocol has no method for (the server
+//! version, the privileges).
 
 use lease::{BoxError, ConnectError, Leases};
 
@@ -22,16 +20,6 @@ pub(crate) enum Backend {
     Postgres(lease::postgres::PostgresStore),
     #[cfg(feature = "mysql")]
     MySql(lease::mysql::MySqlStore),
-}
-
-/// What a forced release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Forced {
-    /// The lease of that term was held and is now free.
-    Freed,
-    /// No held lease of that term: it changed hands, expired or was released
-    /// since it was read.
-    NotHeld,
 }
 
 /// What could be told of the privileges on the lease table, without
@@ -124,43 +112,6 @@ impl Backend {
         }
     }
 
-    /// Frees `name`'s lease if it is held at `term`, by the database clock,
-    /// in one statement:
-    ///
-    /// ```sql
-    /// UPDATE t SET expires_at_ms = 0
-    ///  WHERE name = :name AND term = :term AND expires_at_ms > :now
-    /// ```
-    ///
-    /// The holder learns of it at its next renewal (which finds the lease
-    /// gone) and steps down; the next claim takes term + 1.
-    pub(crate) async fn force_release(
-        &self,
-        name: &str,
-        term: u64,
-        bound: Duration,
-    ) -> Result<Forced, BoxError> {
-        let freed = tokio::time::timeout(bound, self.force_release_unbounded(name, term))
-            .await
-            .map_err(|_| format!("the forced release got no answer within {bound:?}"))??;
-        Ok(if freed {
-            Forced::Freed
-        } else {
-            Forced::NotHeld
-        })
-    }
-
-    async fn force_release_unbounded(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(s) => sqlite::force_release(s, name, term).await,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(s) => postgres::force_release(s, name, term).await,
-            #[cfg(feature = "mysql")]
-            Backend::MySql(s) => mysql::force_release(s, name, term).await,
-        }
-    }
-
     /// The server's version, as it reports it.
     pub(crate) async fn version(&self) -> Result<String, BoxError> {
         match self {
@@ -210,23 +161,6 @@ mod postgres {
             .join(".")
     }
 
-    pub(super) async fn force_release(
-        store: &PostgresStore,
-        name: &str,
-        term: u64,
-    ) -> Result<bool, BoxError> {
-        let sql = format!(
-            "WITH now AS MATERIALIZED \
-                  (SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms) \
-             UPDATE {} AS l SET expires_at_ms = 0 FROM now \
-              WHERE l.name = $1::text AND l.term = $2::bigint AND l.expires_at_ms > now.ms",
-            quoted(store)
-        );
-        let term = i64::try_from(term)?;
-        let client = store.pool().get().await?;
-        Ok(client.execute(&sql, &[&name, &term]).await? == 1)
-    }
-
     pub(super) async fn version(store: &PostgresStore) -> Result<String, BoxError> {
         let client = store.pool().get().await?;
         let row = client.query_one("SHOW server_version", &[]).await?;
@@ -264,27 +198,6 @@ mod mysql {
     use lease::mysql::mysql_async::prelude::Queryable;
 
     use super::{NEEDED, Privileges};
-
-    /// The server's clock in UTC ms, as lease-mysql reads it.
-    const NOW_MS: &str = "(UNIX_TIMESTAMP() * 1000 + MICROSECOND(NOW(3)) DIV 1000)";
-
-    pub(super) async fn force_release(
-        store: &MySqlStore,
-        name: &str,
-        term: u64,
-    ) -> Result<bool, BoxError> {
-        // `table()` is the validated name, quoted as the store's statements
-        // use it.
-        let sql = format!(
-            "UPDATE {} SET expires_at_ms = 0 WHERE name = ? AND term = ? AND expires_at_ms > {NOW_MS}",
-            store.table()
-        );
-        let mut conn = store.pool().get_conn().await?;
-        conn.exec_drop(sql, (name, term)).await?;
-        // The write changes the expiry of a held lease (> now) to 0, so the
-        // count is 1 whatever CLIENT_FOUND_ROWS says.
-        Ok(conn.affected_rows() == 1)
-    }
 
     pub(super) async fn version(store: &MySqlStore) -> Result<String, BoxError> {
         let mut conn = store.pool().get_conn().await?;
@@ -343,26 +256,6 @@ mod sqlite {
         Ok(conn)
     }
 
-    pub(super) async fn force_release(
-        store: &SqliteStore,
-        name: &str,
-        term: u64,
-    ) -> Result<bool, BoxError> {
-        // `table()` is validated (ASCII letters, digits, underscores).
-        let sql = format!(
-            "UPDATE \"{}\" SET expires_at_ms = 0 WHERE name = ?1 AND term = ?2 \
-               AND expires_at_ms > CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
-            store.table()
-        );
-        let (store, name, term) = (store.clone(), name.to_owned(), i64::try_from(term)?);
-        tokio::task::spawn_blocking(move || {
-            let conn = connection(&store)?;
-            let changed = conn.execute(&sql, (name, term))?;
-            Ok(changed == 1)
-        })
-        .await?
-    }
-
     pub(super) async fn privileges(store: &SqliteStore) -> Result<Privileges, BoxError> {
         let store = store.clone();
         tokio::task::spawn_blocking(move || {
@@ -379,87 +272,5 @@ mod sqlite {
             })
         })
         .await?
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use super::*;
-
-    const BOUND: Duration = Duration::from_secs(10);
-
-    fn unique(case: &str) -> String {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        format!("cli-unit:{case}:{:x}{:x}", std::process::id(), nanos)
-    }
-
-    /// The forced release frees only the term it is given, and only while
-    /// it is held: a lease that changed hands since it was read is left to
-    /// its new holder.
-    async fn frees_only_the_term_read(url: &str) {
-        let db = open(url).await.unwrap();
-        db.leases.migrate().await.unwrap();
-        let name = unique("term");
-        let a = db.leases.clone().with_instance("replica-a");
-        let first = a.claim(&name).await.unwrap().unwrap();
-        first.release().await.unwrap();
-        let second = a.claim(&name).await.unwrap().unwrap();
-        assert_eq!(second.term(), 2);
-
-        let stale = db.backend.force_release(&name, 1, BOUND).await.unwrap();
-        assert_eq!(stale, Forced::NotHeld, "term 1 is over");
-        second.verify().await.expect("term 2 is left to its holder");
-
-        let freed = db.backend.force_release(&name, 2, BOUND).await.unwrap();
-        assert_eq!(freed, Forced::Freed);
-        assert!(second.verify().await.unwrap_err().is_lost());
-        let again = db.backend.force_release(&name, 2, BOUND).await.unwrap();
-        assert_eq!(again, Forced::NotHeld, "a free lease is not freed twice");
-        let missing = db
-            .backend
-            .force_release(&format!("{name}-missing"), 1, BOUND)
-            .await
-            .unwrap();
-        assert_eq!(missing, Forced::NotHeld);
-        let third = a.claim(&name).await.unwrap().expect("free");
-        assert_eq!(third.term(), 3);
-        third.release().await.unwrap();
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[tokio::test]
-    async fn sqlite_frees_only_the_term_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("leases.db").display());
-        frees_only_the_term_read(&url).await;
-    }
-
-    #[cfg(feature = "postgres")]
-    #[tokio::test]
-    async fn postgres_frees_only_the_term_read() {
-        if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
-            frees_only_the_term_read(&url).await;
-        }
-    }
-
-    #[cfg(feature = "mysql")]
-    #[tokio::test]
-    async fn mysql_frees_only_the_term_read() {
-        if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
-            frees_only_the_term_read(&url).await;
-        }
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[tokio::test]
-    async fn an_in_memory_database_has_nothing_to_release() {
-        let db = open("sqlite::memory:").await.unwrap();
-        let err = db.backend.force_release("x", 1, BOUND).await.unwrap_err();
-        assert!(err.to_string().contains("in-memory"), "{err}");
     }
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Parser, Subcommand};
 use lease::{LeaseInfo, LeaseState, UtcMillis};
 
-use crate::db::{Db, Forced};
+use crate::db::Db;
 use crate::output::{chain, escape, rfc3339};
 
 /// The exit codes, as `--help` and the README give them.
@@ -398,20 +398,9 @@ async fn release(db: &Db, name: &str) -> Result<(), Exit> {
         );
         return Ok(());
     }
-    let bound = db.leases.timings().statement_timeout();
-    let forced = db
-        .backend
-        .force_release(name, info.term, bound)
-        .await
-        .map_err(|e| {
-            Exit::error(format!(
-                "release of lease {} failed: {}",
-                escape(name),
-                chain(&*e)
-            ))
-        })?;
-    match forced {
-        Forced::Freed => {
+    let freed = db.leases.force_release(name, info.term).await?;
+    match freed {
+        true => {
             say!(
                 "released {} at term {} (held by {})",
                 escape(name),
@@ -420,7 +409,7 @@ async fn release(db: &Db, name: &str) -> Result<(), Exit> {
             );
             Ok(())
         }
-        Forced::NotHeld => {
+        false => {
             let now = db.leases.get(name).await?;
             match now {
                 Some(now) if now.term != info.term => Err(Exit::error(format!(
