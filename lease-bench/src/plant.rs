@@ -219,7 +219,7 @@ mod tests {
     #[tokio::test]
     async fn a_phantom_claim_moves_the_term_by_two() {
         let inner: Arc<dyn LeaseStore> =
-            Arc::new(lease::sqlite::SqliteStore::open_in_memory().unwrap());
+            Arc::new(dblease::sqlite::SqliteStore::open_in_memory().unwrap());
         let leases = Leases::new(PhantomClaimStore::new(inner));
         leases.migrate().await.unwrap();
         let first = leases.claim("n").await.unwrap().unwrap();

@@ -2,7 +2,7 @@
 //! for the few statements the protocol has no method for (the server
 //! version, the privileges).
 
-use lease::{BoxError, ConnectError, Leases};
+use dblease::{BoxError, ConnectError, Leases};
 
 /// A coordinator and the backend store it runs on.
 pub(crate) struct Db {
@@ -15,11 +15,11 @@ pub(crate) struct Db {
 #[derive(Clone)]
 pub(crate) enum Backend {
     #[cfg(feature = "sqlite")]
-    Sqlite(lease::sqlite::SqliteStore),
+    Sqlite(dblease::sqlite::SqliteStore),
     #[cfg(feature = "postgres")]
-    Postgres(lease::postgres::PostgresStore),
+    Postgres(dblease::postgres::PostgresStore),
     #[cfg(feature = "mysql")]
-    MySql(lease::mysql::MySqlStore),
+    MySql(dblease::mysql::MySqlStore),
 }
 
 /// What could be told of the privileges on the lease table, without
@@ -34,7 +34,7 @@ pub(crate) struct Privileges {
     pub(crate) conclusive: bool,
 }
 
-/// Opens the store a URL names, as [`lease::connect`] does, keeping the
+/// Opens the store a URL names, as [`dblease::connect`] does, keeping the
 /// backend store.
 pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
     let scheme = url
@@ -43,7 +43,7 @@ pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
         .unwrap_or_default();
     let backend = match scheme.as_str() {
         #[cfg(feature = "sqlite")]
-        "sqlite" => Backend::Sqlite(lease::sqlite::SqliteStore::connect(url).map_err(|e| {
+        "sqlite" => Backend::Sqlite(dblease::sqlite::SqliteStore::connect(url).map_err(|e| {
             ConnectError::Backend {
                 backend: "sqlite",
                 source: Box::new(e),
@@ -51,7 +51,7 @@ pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
         })?),
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => Backend::Postgres(
-            lease::postgres::PostgresStore::connect(url)
+            dblease::postgres::PostgresStore::connect(url)
                 .await
                 .map_err(|e| ConnectError::Backend {
                     backend: "postgres",
@@ -59,18 +59,18 @@ pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
                 })?,
         ),
         #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => {
-            Backend::MySql(lease::mysql::MySqlStore::connect(url).await.map_err(|e| {
-                ConnectError::Backend {
+        "mysql" | "mariadb" => Backend::MySql(
+            dblease::mysql::MySqlStore::connect(url)
+                .await
+                .map_err(|e| ConnectError::Backend {
                     backend: "mysql",
                     source: Box::new(e),
-                }
-            })?)
-        }
+                })?,
+        ),
         // A scheme this build has no backend for, or none at all: the facade
         // says which (a disabled feature, an unsupported or unknown database).
         _ => {
-            return Err(lease::connect_store(url)
+            return Err(dblease::connect_store(url)
                 .await
                 .err()
                 .unwrap_or(ConnectError::UnknownScheme { scheme }));
@@ -116,7 +116,7 @@ impl Backend {
     pub(crate) async fn version(&self) -> Result<String, BoxError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Backend::Sqlite(_) => Ok(format!("SQLite {}", lease::sqlite::rusqlite::version())),
+            Backend::Sqlite(_) => Ok(format!("SQLite {}", dblease::sqlite::rusqlite::version())),
             #[cfg(feature = "postgres")]
             Backend::Postgres(s) => postgres::version(s).await,
             #[cfg(feature = "mysql")]
@@ -144,8 +144,8 @@ const NEEDED: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
 
 #[cfg(feature = "postgres")]
 mod postgres {
-    use lease::BoxError;
-    use lease::postgres::PostgresStore;
+    use dblease::BoxError;
+    use dblease::postgres::PostgresStore;
 
     use super::{NEEDED, Privileges};
 
@@ -193,9 +193,9 @@ mod postgres {
 
 #[cfg(feature = "mysql")]
 mod mysql {
-    use lease::BoxError;
-    use lease::mysql::MySqlStore;
-    use lease::mysql::mysql_async::prelude::Queryable;
+    use dblease::BoxError;
+    use dblease::mysql::MySqlStore;
+    use dblease::mysql::mysql_async::prelude::Queryable;
 
     use super::{NEEDED, Privileges};
 
@@ -239,9 +239,9 @@ mod mysql {
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
-    use lease::BoxError;
-    use lease::sqlite::SqliteStore;
-    use lease::sqlite::rusqlite::{Connection, MAIN_DB};
+    use dblease::BoxError;
+    use dblease::sqlite::SqliteStore;
+    use dblease::sqlite::rusqlite::{Connection, MAIN_DB};
 
     use super::Privileges;
 
@@ -252,7 +252,7 @@ mod sqlite {
             return Err("an in-memory SQLite database is private to this process".into());
         };
         let conn = Connection::open(path)?;
-        conn.busy_timeout(lease::sqlite::DEFAULT_BUSY_TIMEOUT)?;
+        conn.busy_timeout(dblease::sqlite::DEFAULT_BUSY_TIMEOUT)?;
         Ok(conn)
     }
 

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
-use lease::{LeaseInfo, LeaseState, UtcMillis};
+use dblease::{LeaseInfo, LeaseState, UtcMillis};
 
 use crate::db::Db;
 use crate::output::{chain, escape, rfc3339};
@@ -251,13 +251,13 @@ async fn run(cli: Cli) -> Result<(), Exit> {
     let Some(url) = cli.url.filter(|u| !u.is_empty()) else {
         return Err(Exit {
             code: 2,
-            message: format!("no database: pass --url or set {}", lease::ENV_VAR),
+            message: format!("no database: pass --url or set {}", dblease::ENV_VAR),
         });
     };
     let db = match db::open(&url).await {
         Ok(db) => db,
         // The facade names its own feature; this binary's has the same name.
-        Err(lease::ConnectError::FeatureDisabled { scheme, feature }) => {
+        Err(dblease::ConnectError::FeatureDisabled { scheme, feature }) => {
             return Err(Exit::error(format!(
                 "{scheme} URLs need a `lease` built with the `{feature}` feature \
                  (cargo install lease-cli --features {feature})"

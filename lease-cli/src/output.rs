@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lease::{LeaseInfo, LeaseState};
+use dblease::{LeaseInfo, LeaseState};
 use serde_json::{Value, json};
 
 /// `ms` UTC milliseconds since the epoch as RFC 3339 in UTC, to the

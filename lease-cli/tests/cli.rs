@@ -9,7 +9,7 @@ use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease::Leases;
+use dblease::Leases;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -71,7 +71,7 @@ fn assert_code(out: &Output, code: i32) {
 /// A coordinator playing the replica `instance`, with the table migrated
 /// by the binary.
 async fn replica(url: &str, instance: &str) -> Leases {
-    lease::connect(url).await.unwrap().with_instance(instance)
+    dblease::connect(url).await.unwrap().with_instance(instance)
 }
 
 async fn migrated(url: &str) {

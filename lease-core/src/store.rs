@@ -51,7 +51,7 @@ use crate::info::LeaseInfo;
 ///
 /// The trait is object safe: a program picks its database at run time and
 /// holds an `Arc<dyn LeaseStore>`. The
-/// [`lease-conformance`](https://docs.rs/lease-conformance) crate runs the
+/// `lease-conformance` crate runs the
 /// whole protocol against an implementation.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {

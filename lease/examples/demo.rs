@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run -p lease --example demo                  # an SQLite file in a temp dir
-//! cargo run -p lease --example demo -- postgres://…   # any URL lease::connect takes
+//! cargo run -p lease --example demo -- postgres://…   # any URL dblease::connect takes
 //! ```
 //!
 //! Each replica contends for the leader lease `leader:demo`, holding it with
@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use lease::{CancellationToken, Leases, Timings, UtcMillis};
+use dblease::{CancellationToken, Leases, Timings, UtcMillis};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -31,7 +31,7 @@ const JOB: &str = "cron:tick";
 const EVERY_MS: i64 = 1_000;
 const ROUND: Duration = Duration::from_millis(400);
 
-fn timings() -> lease::Result<Timings> {
+fn timings() -> dblease::Result<Timings> {
     Timings::builder()
         .lease(Duration::from_millis(3_000))
         .renew(Duration::from_millis(500))
@@ -58,7 +58,7 @@ async fn main() -> BoxResult<()> {
 
 /// One replica: leads when it can, and runs the job's instants it claims.
 async fn replica(id: &str, url: &str) -> BoxResult<()> {
-    let leases = lease::connect(url)
+    let leases = dblease::connect(url)
         .await?
         .with_timings(timings()?)
         .with_instance(format!("replica-{id}"));
@@ -124,7 +124,7 @@ async fn schedule(leases: Leases, shutdown: CancellationToken) -> BoxResult<()> 
     }
 }
 
-async fn round(handle: &lease::Handle, shutdown: &CancellationToken, what: &str) {
+async fn round(handle: &dblease::Handle, shutdown: &CancellationToken, what: &str) {
     let slot = handle.slot().map_or(0, UtcMillis::as_millis);
     println!("{what} {slot} {}", handle.term());
     let holder = handle.hold(shutdown);
@@ -150,7 +150,7 @@ struct Line {
 async fn orchestrate(url: &str) -> BoxResult<()> {
     let shown = url.split('@').next_back().unwrap_or(url);
     println!("lease demo: {REPLICAS} replica processes on {shown}");
-    let setup = lease::connect(url).await?;
+    let setup = dblease::connect(url).await?;
     setup.migrate().await?;
 
     let exe = std::env::current_exe()?;

@@ -1,15 +1,18 @@
 #![doc = include_str!("../README.md")]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::sync::Arc;
 
 pub use lease_core::*;
 
 #[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use lease_mysql as mysql;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use lease_postgres as postgres;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use lease_sqlite as sqlite;
 
 /// The environment variable [`from_env`] reads the database URL from.
@@ -20,7 +23,7 @@ pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
 #[non_exhaustive]
 pub enum ConnectError {
     /// The URL names a database this build was compiled without.
-    #[error("{scheme} URLs need the `{feature}` cargo feature of the lease crate")]
+    #[error("{scheme} URLs need the `{feature}` cargo feature of the dblease crate")]
     FeatureDisabled {
         /// The URL's scheme.
         scheme: String,
@@ -94,9 +97,9 @@ fn backend_of(url: &str) -> Result<(Backend, String), ConnectError> {
 ///
 /// | URL | backend | feature |
 /// | --- | --- | --- |
-/// | `postgres://…`, `postgresql://…` | [`lease-postgres`](https://docs.rs/lease-postgres) | `postgres` |
-/// | `mysql://…`, `mariadb://…` | [`lease-mysql`](https://docs.rs/lease-mysql) | `mysql` |
-/// | `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:` | [`lease-sqlite`](https://docs.rs/lease-sqlite) | `sqlite` (default) |
+/// | `postgres://…`, `postgresql://…` | [`postgres`] (lease-postgres) | `postgres` |
+/// | `mysql://…`, `mariadb://…` | [`mysql`] (lease-mysql) | `mysql` |
+/// | `sqlite://PATH`, `sqlite:PATH`, `sqlite::memory:` | [`sqlite`] (lease-sqlite) | `sqlite` (default) |
 ///
 /// # Errors
 ///
@@ -183,7 +186,7 @@ async fn open_mysql(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, C
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let leases = lease::connect("sqlite::memory:").await?;
+/// let leases = dblease::connect("sqlite::memory:").await?;
 /// leases.migrate().await?;
 /// let lock = leases.claim("lock:example").await?.expect("a new name is free");
 /// assert_eq!(lock.term(), 1);

@@ -2,7 +2,7 @@
 //! differs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its failure report
 
-use lease::{Leases, UtcMillis};
+use dblease::{Leases, UtcMillis};
 
 /// What a service does with leases, written once.
 async fn scenario(leases: &Leases, tag: &str) {
@@ -55,17 +55,21 @@ async fn scenario(leases: &Leases, tag: &str) {
 async fn sqlite_by_url() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("leases.db").display());
-    scenario(&lease::connect(&url).await.unwrap(), "sqlite").await;
-    scenario(&lease::connect("sqlite::memory:").await.unwrap(), "memory").await;
+    scenario(&dblease::connect(&url).await.unwrap(), "sqlite").await;
+    scenario(
+        &dblease::connect("sqlite::memory:").await.unwrap(),
+        "memory",
+    )
+    .await;
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_by_url() {
     if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
-        scenario(&lease::connect(&url).await.unwrap(), "postgres").await;
+        scenario(&dblease::connect(&url).await.unwrap(), "postgres").await;
         let postgresql = url.replacen("postgres://", "postgresql://", 1);
-        scenario(&lease::connect(&postgresql).await.unwrap(), "postgresql").await;
+        scenario(&dblease::connect(&postgresql).await.unwrap(), "postgresql").await;
     }
 }
 
@@ -73,8 +77,8 @@ async fn postgres_by_url() {
 #[tokio::test]
 async fn mysql_by_url() {
     if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
-        scenario(&lease::connect(&url).await.unwrap(), "mysql").await;
+        scenario(&dblease::connect(&url).await.unwrap(), "mysql").await;
         let mariadb = url.replacen("mysql://", "mariadb://", 1);
-        scenario(&lease::connect(&mariadb).await.unwrap(), "mariadb").await;
+        scenario(&dblease::connect(&mariadb).await.unwrap(), "mariadb").await;
     }
 }

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use lease::{CancellationToken, Leases, Timings};
+use dblease::{CancellationToken, Leases, Timings};
 
 const CHILD_ENV: &str = "LEASE_KILL_CHILD";
 const LEASE: Duration = Duration::from_secs(3);
@@ -31,7 +31,7 @@ fn timings() -> Timings {
 }
 
 async fn leases(url: &str, instance: &str) -> Leases {
-    lease::connect(url)
+    dblease::connect(url)
         .await
         .unwrap()
         .with_timings(timings())

@@ -39,12 +39,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lease::mysql::MySqlStore;
-use lease::mysql::mysql_async::{self, prelude::Queryable};
-use lease::postgres::PostgresStore;
-use lease::postgres::deadpool_postgres;
-use lease::sqlite::SqliteStore;
-use lease::{CancellationToken, LeaseContext, Leases, UtcMillis};
+use dblease::mysql::MySqlStore;
+use dblease::mysql::mysql_async::{self, prelude::Queryable};
+use dblease::postgres::PostgresStore;
+use dblease::postgres::deadpool_postgres;
+use dblease::sqlite::SqliteStore;
+use dblease::{CancellationToken, LeaseContext, Leases, UtcMillis};
 use lease_bench::stats::{Latency, Summary, ratio};
 use lease_bench::url::Backend;
 use tokio::time::Instant;
@@ -373,7 +373,7 @@ impl Target {
                         Box::pin(async move {
                             tx.exec_drop(sql.as_str(), (id,))
                                 .await
-                                .map_err(lease::mysql::MySqlError::from)
+                                .map_err(dblease::mysql::MySqlError::from)
                         })
                     })
                     .await?;

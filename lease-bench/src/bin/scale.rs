@@ -29,9 +29,9 @@ use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::postgres::PostgresStore;
-use lease::postgres::deadpool_postgres::Pool;
-use lease::{CancellationToken, Handle, Holder, Leases};
+use dblease::postgres::PostgresStore;
+use dblease::postgres::deadpool_postgres::Pool;
+use dblease::{CancellationToken, Handle, Holder, Leases};
 use lease_bench::cpu::cpu_time;
 use lease_bench::stats::{Latency, Summary};
 use tokio::sync::Semaphore;

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lease::{CancellationToken, Handle, LeaseStore, Leases, Timings, Unfinished, UtcMillis};
+use dblease::{CancellationToken, Handle, LeaseStore, Leases, Timings, Unfinished, UtcMillis};
 use lease_bench::check::{self, Report};
 use lease_bench::clock::DbClock;
 use lease_bench::history::{Event, StopCause, parse_history};
@@ -65,7 +65,7 @@ const EVERY_MS: i64 = 400;
 /// How long a read of the database's clock may take before it is given up.
 const CLOCK_READ_BOUND: Duration = Duration::from_millis(1_000);
 
-fn timings() -> lease::Result<Timings> {
+fn timings() -> dblease::Result<Timings> {
     Timings::builder()
         .lease(Duration::from_millis(3_000))
         .renew(Duration::from_millis(500))
@@ -483,7 +483,7 @@ fn job_name(run: &str) -> String {
 }
 
 async fn contender(instance: &str, run: &str, plant: Plant, url: &str) -> BoxResult<()> {
-    let store = lease::connect_store(url).await?;
+    let store = dblease::connect_store(url).await?;
     let store: Arc<dyn LeaseStore> = if plant == Plant::PhantomClaim {
         Arc::new(PhantomClaimStore::new(store))
     } else {
@@ -644,7 +644,7 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
         }
         _ => None,
     };
-    let setup = lease::connect(&url).await?;
+    let setup = dblease::connect(&url).await?;
     setup.migrate().await?;
     let mut rng = Rng::seeded();
     let run = format!("{:08x}", rng.next() & 0xffff_ffff);
