@@ -55,8 +55,15 @@ pub enum PostgresError {
 
     /// The first connection could not be opened: the server is unreachable,
     /// refused the credentials, or the TLS handshake failed.
-    #[error("cannot connect to PostgreSQL")]
-    Connect(#[source] deadpool_postgres::PoolError),
+    #[error("cannot connect to PostgreSQL at {server}")]
+    Connect {
+        /// The servers tried: `host:port` (or the socket directory), comma
+        /// separated; never the password.
+        server: String,
+        /// What the pool reported.
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
 }
 
 /// What kind of failure a statement's error is, by its SQLSTATE: see

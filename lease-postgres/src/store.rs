@@ -129,6 +129,29 @@ impl Target {
     }
 }
 
+impl Target {
+    /// `host:port` for each host, comma separated: what a connection error
+    /// names (never the user's password).
+    fn servers(&self) -> String {
+        let port = |i: usize| {
+            self.ports
+                .get(i)
+                .or(self.ports.first())
+                .copied()
+                .unwrap_or(5432)
+        };
+        if self.hosts.is_empty() {
+            return format!("localhost:{}", port(0));
+        }
+        self.hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| format!("{host}:{}", port(i)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Target")
@@ -392,13 +415,18 @@ impl PostgresStoreBuilder {
     /// idle connection in the dropped store's pool.
     pub async fn connect(self) -> Result<PostgresStore, PostgresError> {
         let store = self.build()?;
+        let server = store
+            .inner
+            .target
+            .as_ref()
+            .map_or_else(|| "the given pool's server".to_owned(), Target::servers);
         drop(
             store
                 .inner
                 .pool
                 .get()
                 .await
-                .map_err(PostgresError::Connect)?,
+                .map_err(|source| PostgresError::Connect { server, source })?,
         );
         Ok(store)
     }

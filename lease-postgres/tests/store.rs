@@ -153,7 +153,11 @@ async fn the_password_never_appears_in_debug_display_errors_or_logs() {
     // A port nothing listens on, and malformed URLs.
     let closed = url_to(&with_secret, "127.0.0.1", 1, "connect_timeout=2");
     let err = PostgresStore::connect(&closed).await.unwrap_err();
-    assert!(matches!(err, PostgresError::Connect(_)), "{err:?}");
+    assert!(matches!(err, PostgresError::Connect { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("127.0.0.1:1"),
+        "a connection error names the server it tried: {err}"
+    );
     shown.push_str(&chain(&err));
     for bad in [
         url_to(&with_secret, "127.0.0.1", 1, "sslmode=bogus"),
@@ -307,7 +311,7 @@ async fn tls_modes_against_the_local_server() {
             .await
             .err()
             .unwrap_or_else(|| panic!("verify-full with {what} accepted a self-signed server"));
-        assert!(matches!(err, PostgresError::Connect(_)), "{err:?}");
+        assert!(matches!(err, PostgresError::Connect { .. }), "{err:?}");
         let why = chain(&err);
         assert!(
             why.contains("certificate") || why.contains("Certificate"),
@@ -320,7 +324,7 @@ async fn tls_modes_against_the_local_server() {
     )
     .await
     .expect_err("verify-ca with an empty root store refuses");
-    assert!(matches!(err, PostgresError::Connect(_)), "{err:?}");
+    assert!(matches!(err, PostgresError::Connect { .. }), "{err:?}");
 
     // Trusting the server's own certificate, when readable here.
     let Some(own) = server_certificate(&plain).await else {

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+use std::fmt;
 use std::sync::Arc;
 
 pub use lease_core::*;
@@ -19,11 +20,14 @@ pub use lease_sqlite as sqlite;
 pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
 
 /// Why [`connect`] could not give a coordinator.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Display` is one line with the cause (`could not open the postgres lease
+/// store: cannot connect to PostgreSQL at db:5432: ...`), and so is its
+/// `Debug`, so that a `main` returning it prints something a person can read;
+/// never a password.
 #[non_exhaustive]
 pub enum ConnectError {
     /// The URL names a database this build was compiled without.
-    #[error("{scheme} URLs need the `{feature}` cargo feature of the dblease crate")]
     FeatureDisabled {
         /// The URL's scheme.
         scheme: String,
@@ -32,29 +36,73 @@ pub enum ConnectError {
     },
     /// The URL names a database that cannot carry leases
     /// ([`Error::UnsupportedDatabase`]).
-    #[error(transparent)]
     Unsupported(Error),
     /// The URL's scheme names no database this crate knows.
-    #[error(
-        "unrecognised database URL scheme {scheme:?}: expected postgres://, postgresql://, \
-         mysql://, mariadb://, sqlite://PATH or sqlite::memory:"
-    )]
     UnknownScheme {
         /// The scheme, or the start of the URL if it has none (never a password).
         scheme: String,
     },
     /// [`from_env`] found no URL.
-    #[error("the environment variable {0} is not set")]
     MissingEnv(&'static str),
-    /// The backend refused the URL or could not connect.
-    #[error("could not open the {backend} lease store")]
+    /// The backend refused the URL or could not connect. The backend's
+    /// error is part of the message (its whole cause chain, on one line), so
+    /// [`source`](std::error::Error::source) does not repeat it; downcast
+    /// `source` (this field) to the backend's error type to match on it.
     Backend {
         /// The backend: `sqlite`, `postgres` or `mysql`.
         backend: &'static str,
         /// What the backend reported (never with the password).
-        #[source]
         source: BoxError,
     },
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::FeatureDisabled { scheme, feature } => write!(
+                f,
+                "{scheme} URLs need the `{feature}` cargo feature of the dblease crate"
+            ),
+            ConnectError::Unsupported(e) => fmt::Display::fmt(e, f),
+            ConnectError::UnknownScheme { scheme } => write!(
+                f,
+                "unrecognised database URL scheme {scheme:?}: expected postgres://, \
+                 postgresql://, mysql://, mariadb://, sqlite://PATH or sqlite::memory:"
+            ),
+            ConnectError::MissingEnv(var) => write!(f, "the environment variable {var} is not set"),
+            ConnectError::Backend { backend, source } => {
+                write!(f, "could not open the {backend} lease store: {source}")?;
+                let mut cause = source.source();
+                while let Some(c) = cause {
+                    write!(f, ": {c}")?;
+                    cause = c.source();
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for ConnectError {
+    /// The message and its causes on one line, as `Display` plus any source.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnectError::Unsupported(e) => e.source(),
+            _ => None,
+        }
+    }
 }
 
 impl ConnectError {

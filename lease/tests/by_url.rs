@@ -82,3 +82,53 @@ async fn mysql_by_url() {
         scenario(&dblease::connect(&mariadb).await.unwrap(), "mariadb").await;
     }
 }
+
+/// A connection error names the backend and the server tried, on one line,
+/// in `Display` and in `Debug` (what a `main` returning it prints), and
+/// never the password.
+#[tokio::test]
+async fn connection_errors_name_the_server_on_one_line_without_the_password() {
+    let mut urls = vec![(
+        "sqlite",
+        "sqlite:///nonexistent-dir-for-lease-tests/sub/leases.db".to_owned(),
+        "nonexistent-dir-for-lease-tests",
+    )];
+    if cfg!(feature = "postgres") {
+        urls.push((
+            "postgres",
+            "postgres://app:s3cret-pw@127.0.0.1:1/db?connect_timeout=2".to_owned(),
+            "127.0.0.1:1",
+        ));
+    }
+    if cfg!(feature = "mysql") {
+        urls.push((
+            "mysql",
+            "mysql://app:s3cret-pw@127.0.0.1:1/db?prefer_socket=false&conn_ttl=1".to_owned(),
+            "127.0.0.1:1",
+        ));
+    }
+    for (backend, url, server) in urls {
+        let err = match dblease::connect(&url).await {
+            Ok(_) => panic!("{backend}: connecting to {server} succeeded"),
+            Err(e) => e,
+        };
+        let shown = err.to_string();
+        let debug = format!("{err:?}");
+        for text in [&shown, &debug] {
+            assert!(
+                text.contains(backend),
+                "{backend}: names the backend: {text}"
+            );
+            assert!(text.contains(server), "{backend}: names the server: {text}");
+            assert!(!text.contains('\n'), "{backend}: one line: {text}");
+            assert!(
+                !text.contains("s3cret"),
+                "{backend}: never the password: {text}"
+            );
+        }
+        assert!(
+            !debug.contains("DbError {"),
+            "{backend}: no driver dump: {debug}"
+        );
+    }
+}
