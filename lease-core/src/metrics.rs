@@ -10,6 +10,7 @@
 //! | `lease_held` | gauge | `kind` | leases this process holds (kept renewed) now |
 //! | `lease_lock_runs_total` | counter | `outcome` = `ran` / `held` / `lost` / `error` | `Lock` calls |
 //! | `lease_leader` | gauge | `name` | 1 while this process leads that election, else 0 |
+//! | `lease_guarded_transactions_total` | counter | `outcome` = `committed` / `failed` | guarded transactions of the backends (`failed`: lost, refused, rolled back or not answered) |
 //! | `lease_leader_transitions_total` | counter | `name`, `reason` = `elected` / `lost` / `shutting_down` / `work_returned` | changes of this process's leadership |
 //!
 //! `kind` is the name's prefix (`lock`, `leader`, `cron`) or `other`: never
@@ -39,6 +40,8 @@ pub mod names {
     pub const LEADER: &str = "lease_leader";
     /// Leadership changes by `name` and `reason`.
     pub const LEADER_TRANSITIONS: &str = "lease_leader_transitions_total";
+    /// Guarded transactions by `outcome`.
+    pub const GUARDED_TRANSACTIONS: &str = "lease_guarded_transactions_total";
 }
 
 /// The `kind` label of a name: its capability prefix.
@@ -83,6 +86,19 @@ impl Drop for Held {
     fn drop(&mut self) {
         metrics::gauge!(names::HELD, "kind" => self.0).decrement(1.0);
     }
+}
+
+/// Counts a backend's guarded transaction in
+/// `lease_guarded_transactions_total`: `committed` when it committed,
+/// `failed` otherwise. For backends; returns `result` unchanged.
+pub fn guarded_transaction<T, E>(result: Result<T, E>) -> Result<T, E> {
+    let outcome = if result.is_ok() {
+        "committed"
+    } else {
+        "failed"
+    };
+    metrics::counter!(names::GUARDED_TRANSACTIONS, "outcome" => outcome).increment(1);
+    result
 }
 
 pub(crate) fn lock_run(outcome: &'static str) {

@@ -583,6 +583,15 @@ impl MySqlStore {
         T: Send,
         E: From<MySqlError> + Send,
     {
+        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
+    }
+
+    async fn guarded_transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    where
+        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
+        T: Send,
+        E: From<MySqlError> + Send,
+    {
         let name = ctx.handle().name();
         if ctx.is_cancelled() {
             return Err(ended(ctx).into());

@@ -223,6 +223,19 @@ impl PostgresStore {
         T: Send,
         E: Send,
     {
+        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
+    }
+
+    async fn guarded_transaction<T, E, F>(
+        &self,
+        ctx: &LeaseContext,
+        work: F,
+    ) -> Result<T, TransactionError<E>>
+    where
+        F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>> + Send,
+        T: Send,
+        E: Send,
+    {
         let handle = ctx.handle();
         let name = handle.name();
         if ctx.is_cancelled() {

@@ -347,6 +347,15 @@ impl SqliteStore {
         T: Send + 'static,
         E: From<SqliteError> + Send + 'static,
     {
+        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
+    }
+
+    async fn guarded_transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<SqliteError> + Send + 'static,
+    {
         let control = Arc::new(TxControl {
             running: Mutex::new(false),
             stop: AtomicBool::new(false),
