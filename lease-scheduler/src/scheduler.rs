@@ -202,7 +202,8 @@ impl Scheduler {
     /// rounds in flight to end, at most `wait`, and returns.
     ///
     /// As it starts it reads the database's clock (the scheduler's clock, see
-    /// the crate docs) when any job claims instants; then each job catches
+    /// the crate docs; a scheduler of per-instance jobs alone falls back on
+    /// the process's clock when the database does not answer); then each job catches
     /// up (when its look-back allows) and waits for its instants, and the
     /// rerun sweep runs at once and then every sweep interval.
     ///
@@ -228,11 +229,14 @@ impl Scheduler {
         let inner = &self.inner;
         let clock = Arc::new(Clock::from_process());
         let cluster: Vec<_> = inner.jobs.iter().filter(|j| !j.per_instance).collect();
-        if !cluster.is_empty() {
-            clock
-                .sync(&inner.leases)
-                .await
-                .map_err(Error::Unavailable)?;
+        if let Err(error) = clock.sync(&inner.leases).await {
+            if !cluster.is_empty() {
+                return Err(Error::Unavailable(error));
+            }
+            tracing::warn!(
+                error = %Chain(&error),
+                "could not read the database's clock: per-instance jobs run by this process's clock"
+            );
         }
         tracing::info!(
             jobs = inner.jobs.len(),
