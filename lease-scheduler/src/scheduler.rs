@@ -670,25 +670,37 @@ impl JobTask {
                     ),
                 }
             }
-            Ending::CutShort if lost => tracing::warn!(
-                job = %job.name,
-                instant = %Rfc3339(instant),
-                term,
-                rerun = kind.rerun,
-                catch_up = kind.catch_up,
-                "round cut short: its lease was lost; a replica runs it again once"
-            ),
             Ending::CutShort => {
-                let released = handle.release().await;
-                tracing::warn!(
-                    job = %job.name,
-                    instant = %Rfc3339(instant),
-                    term,
-                    rerun = kind.rerun,
-                    catch_up = kind.catch_up,
-                    released = released.is_ok(),
-                    "round cut short: given back; a replica runs it again once"
-                );
+                // A round cut short and lost settles nothing: the lease runs
+                // out by itself, and the instant stays unfinished.
+                let released = if lost {
+                    None
+                } else {
+                    Some(handle.release().await.is_ok())
+                };
+                if kind.rerun {
+                    tracing::warn!(
+                        job = %job.name,
+                        instant = %Rfc3339(instant),
+                        term,
+                        rerun = kind.rerun,
+                        catch_up = kind.catch_up,
+                        lost,
+                        released,
+                        "rerun cut short too: the instant stays unfinished for good"
+                    );
+                } else {
+                    tracing::warn!(
+                        job = %job.name,
+                        instant = %Rfc3339(instant),
+                        term,
+                        rerun = kind.rerun,
+                        catch_up = kind.catch_up,
+                        lost,
+                        released,
+                        "round cut short: a replica's sweep runs it again once"
+                    );
+                }
             }
         }
         self.warn_overrun(instant, end);
@@ -820,7 +832,7 @@ impl Sweep {
                 Ok(found) => {
                     for u in found {
                         tracing::debug!(
-                            name = %u.name,
+                            job = %u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
                             instant = %Rfc3339(u.slot),
                             "rerun sweep found a round cut short"
                         );

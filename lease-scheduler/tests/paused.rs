@@ -297,6 +297,7 @@ async fn an_instant_the_database_never_answered_for_is_given_up_for_the_next() {
 
 #[tokio::test(start_paused = true)]
 async fn the_sweep_reruns_a_round_cut_short_once_and_never_a_third_time() {
+    let (logs, _guard) = Logs::capture();
     let store = TestStore::new();
     // A round of 09:59:00 was cut short and given back (a shutdown), term 3.
     store.set_row(
@@ -340,6 +341,12 @@ async fn the_sweep_reruns_a_round_cut_short_once_and_never_a_third_time() {
     assert_eq!(row.rerun_slot_ms, T0 - 60_000);
     assert_eq!(row.unfinished_slot_ms, T0 - 60_000);
     assert_eq!(row.expires_at_ms, 0, "released");
+    let warned = logs.matching(&[
+        "rerun cut short too: the instant stays unfinished for good",
+        "instant=2025-12-01T09:59:00.000Z",
+        "released=true",
+    ]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
 
     // Another replica sweeps every second for a minute: nothing to run.
     let b = Scheduler::builder(leases(&store, "b"))
@@ -511,11 +518,12 @@ async fn cut_short_and_lost_settles_nothing_and_the_sweep_reruns_it() {
     let row = store.row(NAME).unwrap();
     assert_eq!(row.unfinished_slot_ms, T0 + 60_000);
     assert_eq!(row.expires_at_ms, T0 + 75_000, "left to expire");
-    assert_eq!(
-        logs.matching(&["round cut short: its lease was lost"])
-            .len(),
-        1
-    );
+    let warned = logs.matching(&[
+        "round cut short: a replica's sweep runs it again",
+        "lost=true",
+    ]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+    assert!(!warned[0].contains("released"), "{warned:?}");
 
     // Expired at 75 s; the sweep after that (every 15-16 s) runs it again.
     until(&store, 100_000).await;
@@ -569,6 +577,7 @@ async fn a_later_claim_gives_up_a_round_cut_short_with_a_warning() {
 
 #[tokio::test(start_paused = true)]
 async fn cut_short_by_shutdown_is_released_for_a_peer_to_rerun() {
+    let (logs, _guard) = Logs::capture();
     let store = TestStore::new();
     let rounds = Rounds::default();
     let scheduler = Scheduler::builder(leases(&store, "a"))
@@ -600,6 +609,8 @@ async fn cut_short_by_shutdown_is_released_for_a_peer_to_rerun() {
         (T0 + 10_000, 0),
         "unfinished and free: the next sweep anywhere finds it"
     );
+    let warned = logs.matching(&["round cut short", "lost=false", "released=true"]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
 }
 
 #[tokio::test(start_paused = true)]
