@@ -34,6 +34,49 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 /// once as the scheduler starts. See the crate docs for the whole contract.
 ///
 /// Built with [`Scheduler::builder`]; driven by [`Scheduler::run`].
+///
+/// # Examples
+///
+/// Two replicas (two coordinators on one in-memory SQLite database) run a
+/// job every 200 ms for a second: each instant runs once, on one of them.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use lease_core::{CancellationToken, Leases};
+/// use lease_scheduler::{Job, Round, Scheduler};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+/// let store = Arc::new(lease_sqlite::SqliteStore::open_in_memory()?);
+/// let ran = Arc::new(Mutex::new(Vec::new()));
+/// let shutdown = CancellationToken::new();
+/// let mut replicas = Vec::new();
+/// for instance in ["a", "b"] {
+///     let leases = Leases::from_arc(store.clone()).with_instance(instance);
+///     leases.migrate().await?;
+///     let ran = ran.clone();
+///     let scheduler = Scheduler::builder(leases)
+///         .job(Job::new("tick", "@every 200ms", move |round: Round| {
+///             ran.lock().unwrap().push(round.instant());
+///             async { Ok(()) }
+///         }))
+///         .build()?;
+///     let shutdown = shutdown.clone();
+///     replicas.push(tokio::spawn(async move {
+///         scheduler.run(&shutdown, Duration::from_secs(5)).await
+///     }));
+/// }
+/// tokio::time::sleep(Duration::from_millis(1_050)).await;
+/// shutdown.cancel();
+/// for replica in replicas {
+///     replica.await??;
+/// }
+/// let ran = ran.lock().unwrap();
+/// assert!(ran.len() >= 4, "{ran:?}");
+/// assert!(ran.windows(2).all(|w| w[0] < w[1]), "each instant once: {ran:?}");
+/// # Ok::<(), Box<dyn std::error::Error>>(()) })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct Scheduler {
     inner: Arc<Inner>,
