@@ -380,6 +380,13 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
+/// A round that ran: its instant, and when it ended.
+#[derive(Debug, Clone, Copy)]
+struct Ran {
+    instant: UtcMillis,
+    end: UtcMillis,
+}
+
 /// How a round ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ending {
@@ -414,8 +421,10 @@ impl JobTask {
         // The next instant is the first one after `cursor`.
         let mut cursor = self.clock.now();
         if !self.job.per_instance && !self.look_back.is_zero() {
-            if let Some(end) = self.catch_up(cursor).await {
-                cursor = cursor.max(end);
+            let from = cursor;
+            if let Some(ran) = self.catch_up(cursor).await {
+                self.warn_overrun(ran, from);
+                cursor = cursor.max(ran.end);
             }
         }
         loop {
@@ -431,8 +440,12 @@ impl JobTask {
                 biased;
                 () = self.shutdown.cancelled() => return,
                 Some(offer) = offers.recv() => {
-                    if let Some(end) = self.rerun(offer).await {
-                        cursor = cursor.max(end);
+                    // No instant came while waiting: those that come while
+                    // the rerun holds the name are skipped.
+                    let from = cursor;
+                    if let Some(ran) = self.rerun(offer).await {
+                        self.warn_overrun(ran, from);
+                        cursor = cursor.max(ran.end);
                     }
                     continue;
                 }
@@ -451,15 +464,16 @@ impl JobTask {
                 )
                 .await
             };
-            if let Some(end) = ended {
-                cursor = cursor.max(end);
+            if let Some(ran) = ended {
+                self.warn_overrun(ran, next);
+                cursor = cursor.max(ran.end);
             }
         }
     }
 
     /// The start-up catch-up: the schedule's most recent instant, when it
     /// came within the look-back and the job has run before but not since.
-    async fn catch_up(&self, now: UtcMillis) -> Option<UtcMillis> {
+    async fn catch_up(&self, now: UtcMillis) -> Option<Ran> {
         let job = &self.job;
         let latest = job.schedule.latest_at_or_before(now)?;
         let age = u64::try_from(now.as_millis() - latest.as_millis()).unwrap_or(u64::MAX);
@@ -556,7 +570,7 @@ impl JobTask {
 
     /// Claims `instant` (retrying a database error until the next instant is
     /// due) and runs its round; returns when the round ended, if one ran.
-    async fn claim(&self, instant: UtcMillis, kind: Kind) -> Option<UtcMillis> {
+    async fn claim(&self, instant: UtcMillis, kind: Kind) -> Option<Ran> {
         let job = &self.job;
         let give_up = self.next_due(instant);
         loop {
@@ -596,7 +610,7 @@ impl JobTask {
     }
 
     /// Claims an instant found cut short a second time and runs it again.
-    async fn rerun(&self, offer: Unfinished) -> Option<UtcMillis> {
+    async fn rerun(&self, offer: Unfinished) -> Option<Ran> {
         let job = &self.job;
         match self.leases.claim_rerun(&offer).await {
             Ok(Some(handle)) => {
@@ -640,7 +654,7 @@ impl JobTask {
 
     /// Runs a claimed round under hold + run, settles it, and returns when it
     /// ended.
-    async fn round(&self, handle: Handle, instant: UtcMillis, kind: Kind) -> UtcMillis {
+    async fn round(&self, handle: Handle, instant: UtcMillis, kind: Kind) -> Ran {
         let job = &self.job;
         let _running = RunningGuard::new(&self.running, &job.name);
         let term = handle.term();
@@ -746,12 +760,11 @@ impl JobTask {
                 }
             }
         }
-        self.warn_overrun(instant, end);
-        end
+        Ran { instant, end }
     }
 
     /// A round of a per-instance job: no lease, no settling.
-    async fn local_round(&self, instant: UtcMillis) -> Option<UtcMillis> {
+    async fn local_round(&self, instant: UtcMillis) -> Option<Ran> {
         let job = &self.job;
         let _running = RunningGuard::new(&self.running, &job.name);
         let cancel = self.shutdown.child_token();
@@ -792,8 +805,7 @@ impl JobTask {
                 "round finished"
             ),
         }
-        self.warn_overrun(instant, end);
-        Some(end)
+        Some(Ran { instant, end })
     }
 
     /// How a round whose function returned `result` ended; `ended` tells
@@ -814,12 +826,15 @@ impl JobTask {
         }
     }
 
-    /// Warns of the instants that came while a round ran: they are skipped.
-    fn warn_overrun(&self, instant: UtcMillis, end: UtcMillis) {
+    /// Warns of the instants after `from` that came by the end of a round:
+    /// they are skipped. `from` is the round's instant, or for a rerun or a
+    /// catch-up, when the job was last waiting for an instant.
+    fn warn_overrun(&self, ran: Ran, from: UtcMillis) {
+        let Ran { instant, end } = ran;
         let schedule = &self.job.schedule;
-        let skipped = schedule.count_between(instant, end);
+        let skipped = schedule.count_between(from, end);
         if skipped > 0 {
-            let first = schedule.next_after(instant).unwrap_or(end);
+            let first = schedule.next_after(from).unwrap_or(end);
             let last = schedule.latest_at_or_before(end).unwrap_or(end);
             tracing::warn!(
                 job = %self.job.name,

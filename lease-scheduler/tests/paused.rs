@@ -347,6 +347,9 @@ async fn the_sweep_reruns_a_round_cut_short_once_and_never_a_third_time() {
         "released=true",
     ]);
     assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+    // 10:00:00 came after the rerun's instant, but before the scheduler
+    // started: the rerun skipped nothing.
+    assert_eq!(logs.matching(&["overran"]), Vec::<String>::new());
 
     // Another replica sweeps every second for a minute: nothing to run.
     let b = Scheduler::builder(leases(&store, "b"))
