@@ -9,10 +9,10 @@ pub use lease_core::*;
 pub use lease_mysql as mysql;
 #[cfg(feature = "postgres")]
 pub use lease_postgres as postgres;
-#[cfg(feature = "sqlite")]
-pub use lease_sqlite as sqlite;
 /// Run-once cron jobs across replicas: the [`lease-scheduler`](https://docs.rs/lease-scheduler) crate.
 pub use lease_scheduler as scheduler;
+#[cfg(feature = "sqlite")]
+pub use lease_sqlite as sqlite;
 
 /// The environment variable [`from_env`] reads the database URL from.
 pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
