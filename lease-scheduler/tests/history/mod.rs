@@ -176,7 +176,7 @@ pub fn planted_bugs_are_caught(
     overlapping.push(beside);
     fails(overlapping, "two rounds of one job at once");
     // An instant of the window that ran, and is not excused, never ran.
-    let (first, last) = ((started / 1_000 + 3) * 1_000, (stopped / 1_000 - 2) * 1_000);
+    let (first, last) = ((started / 1_000 + 2) * 1_000, (stopped / 1_000 - 1) * 1_000);
     let gone = ran
         .iter()
         .find(|r| {
