@@ -12,6 +12,7 @@ use lease_core::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::clock::Clock;
 use crate::error::Error;
@@ -287,6 +288,9 @@ impl Scheduler {
             now = %Rfc3339(clock.now()),
             "scheduler started"
         );
+        // At ERROR level, like the lease's own span, so that its field
+        // reaches every event whatever level a subscriber filters at.
+        let span = tracing::error_span!("scheduler", instance = %inner.leases.instance());
         let running: Running = Arc::default();
         let mut tasks = JoinSet::new();
         let mut offers = HashMap::new();
@@ -303,7 +307,7 @@ impl Scheduler {
                 running: running.clone(),
                 look_back: inner.look_back,
             };
-            tasks.spawn(ctx.run(rx));
+            tasks.spawn(ctx.run(rx).instrument(span.clone()));
         }
         if !offers.is_empty() {
             let sweep = Sweep {
@@ -313,7 +317,7 @@ impl Scheduler {
                 interval: inner.sweep_interval,
                 offers,
             };
-            tasks.spawn(sweep.run());
+            tasks.spawn(sweep.run().instrument(span.clone()));
         }
         shutdown.cancelled().await;
         tracing::info!(
@@ -778,11 +782,16 @@ impl JobTask {
         };
         tracing::info!(job = %job.name, instant = %Rfc3339(instant), "round started");
         let started = Instant::now();
-        let fut = (job.run)(round);
-        let mut task = AbortOnDrop(tokio::spawn(async move {
-            let result = fut.await;
-            (result, cancel.is_cancelled())
-        }));
+        let run = job.run.clone();
+        // The function is called on the task, so that a panic in it, before
+        // its future, is caught there too.
+        let mut task = AbortOnDrop(tokio::spawn(
+            async move {
+                let result = run(round).await;
+                (result, cancel.is_cancelled())
+            }
+            .in_current_span(),
+        ));
         let out = (&mut task.0).await;
         let end = self.clock.now();
         let ending = match &out {

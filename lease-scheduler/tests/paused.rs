@@ -872,3 +872,44 @@ fn registration_errors_fail_the_build_with_a_clear_message() {
         ["a", "b", "c", "d", "e", "f", "g"]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_panics_before_its_future_fails_that_round_alone() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let panicking = |name: &str| {
+        let (store, rounds) = (store.clone(), rounds.clone());
+        let calls = Arc::new(AtomicU32::new(0));
+        Job::new(name, "@every 10s", move |round: Round| {
+            assert!(
+                calls.fetch_add(1, Ordering::SeqCst) > 0,
+                "(planted) the first call panics before making its future"
+            );
+            rounds.see(&store, &round);
+            async { Ok(()) }
+        })
+    };
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(panicking("tick"))
+        .job(panicking("local").per_instance())
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(5));
+    until(&store, 21_000).await;
+    running.stop().await.unwrap();
+    let mut instants = rounds.instants();
+    instants.sort_unstable();
+    assert_eq!(
+        instants,
+        [20_000, 20_000],
+        "both jobs go on after the panic"
+    );
+    // The cluster job's panicked round ran to its end (a failure): finished.
+    assert!(store.calls().contains(&Call::Finish {
+        name: NAME.into(),
+        slot: T0 + 10_000,
+        passed: T0 + 10_000,
+        outcome: Finished::Released,
+    }));
+}
