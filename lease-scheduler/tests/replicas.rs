@@ -72,13 +72,21 @@ struct History {
 }
 
 impl History {
-    fn in_round(&self, replica: &str) -> Option<(usize, bool)> {
+    /// A first round (not a rerun) `replica` has been in for 20 to 100 ms:
+    /// well inside it, at least 50 ms before its end.
+    fn mid_round(&self, replica: &str) -> Option<usize> {
+        let now = wall_ms();
         self.recs
             .lock()
             .unwrap()
             .iter()
-            .find(|r| r.replica == replica && r.outcome == Outcome::Running)
-            .map(|r| (r.job, r.rerun))
+            .find(|r| {
+                r.replica == replica
+                    && r.outcome == Outcome::Running
+                    && !r.rerun
+                    && (20..100).contains(&(now - r.start_ms))
+            })
+            .map(|r| r.job)
     }
 }
 
@@ -167,20 +175,17 @@ fn replica(
     Replica { shutdown, task }
 }
 
-/// Waits (at most 10 s) until `replica` is in a first round (not a rerun),
-/// and returns its job.
+/// Waits (at most 10 s) until `replica` is well inside a first round (not a
+/// rerun), and returns its job: ending it now cuts it short, not a round
+/// that is about to end and be finished.
 async fn mid_round(history: &History, replica: &str) -> usize {
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some((job, false)) = history.in_round(replica) {
-            // Well inside the round, not at its edge.
-            sleep(Duration::from_millis(20)).await;
-            if history.in_round(replica) == Some((job, false)) {
-                return job;
-            }
+        if let Some(job) = history.mid_round(replica) {
+            return job;
         }
         assert!(Instant::now() < give_up, "{replica} never ran a round");
-        sleep(Duration::from_millis(5)).await;
+        sleep(Duration::from_millis(2)).await;
     }
 }
 
