@@ -12,6 +12,8 @@ pub use lease_mysql as mysql;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use lease_postgres as postgres;
+/// Run-once cron jobs across replicas (the lease-scheduler crate).
+pub use lease_scheduler as scheduler;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use lease_sqlite as sqlite;

@@ -1,0 +1,15 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod clock;
+mod error;
+mod job;
+mod schedule;
+mod scheduler;
+
+pub use error::{Error, ScheduleError};
+pub use job::{CutShort, Job, JobResult, Round};
+pub use schedule::{Rfc3339, Schedule};
+pub use scheduler::{
+    DEFAULT_LOOK_BACK, DEFAULT_SWEEP_INTERVAL, PREFIX, Scheduler, SchedulerBuilder,
+};

@@ -1,0 +1,200 @@
+//! The history checker of the multi-replica tests: what each round of each
+//! job saw, and the scheduler's promises checked over it.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The jobs each replica runs: `<prefix>-0` .. `<prefix>-{JOBS-1}`, `@every 1s`.
+pub const JOBS: usize = 4;
+
+/// How a round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Running,
+    Ran,
+    /// Returned an error once its context had ended.
+    CutShort,
+    /// Its future was dropped, or its process killed (its replica crashed).
+    Dropped,
+}
+
+impl Outcome {
+    pub fn cut_short(self) -> bool {
+        matches!(self, Outcome::CutShort | Outcome::Dropped)
+    }
+}
+
+/// One round, with wall-clock times (ms) of this machine, which every
+/// replica of the tests shares.
+#[derive(Debug, Clone)]
+pub struct Rec {
+    pub job: usize,
+    pub instant: i64,
+    pub replica: String,
+    pub rerun: bool,
+    pub term: u64,
+    pub start_ms: i64,
+    pub end_ms: Option<i64>,
+    pub outcome: Outcome,
+}
+
+/// This machine's wall clock in ms.
+pub fn wall_ms() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+fn summary(recs: &[Rec], job: usize) -> Vec<String> {
+    recs.iter()
+        .filter(|r| r.job == job)
+        .map(|r| {
+            format!(
+                "{} {} t{} {:?}{}",
+                r.instant % 100_000,
+                r.replica,
+                r.term,
+                r.outcome,
+                if r.rerun { " rerun" } else { "" }
+            )
+        })
+        .collect()
+}
+
+/// Checks, job by job, over the instants from `started` to `stopped`
+/// (database ms):
+///
+/// - never two rounds of one job at once;
+/// - no instant run more than twice; a second run only as a rerun, after a
+///   first round cut short;
+/// - each first round cut short for which `rerun_due` holds ran again;
+/// - every instant of the window ran, except the one after a round dropped
+///   by a crash (its lease, or the rerun, may hold the name as it comes).
+///
+/// Every round must have ended (a crashed one, with `Dropped`).
+pub fn check(recs: &[Rec], started: i64, stopped: i64, rerun_due: impl Fn(&Rec) -> bool) {
+    assert!(
+        recs.iter()
+            .all(|r| r.outcome != Outcome::Running && r.end_ms.is_some()),
+        "every round ended: {recs:#?}"
+    );
+    for job in 0..JOBS {
+        let mut rounds: Vec<&Rec> = recs.iter().filter(|r| r.job == job).collect();
+        rounds.sort_by_key(|r| r.start_ms);
+        for pair in rounds.windows(2) {
+            assert!(
+                pair[1].start_ms >= pair[0].end_ms.unwrap(),
+                "job {job}: two rounds at once: {:?} {:?}: {:?}",
+                pair[0],
+                pair[1],
+                summary(recs, job)
+            );
+        }
+        let mut by_instant: BTreeMap<i64, Vec<&Rec>> = BTreeMap::new();
+        for r in &rounds {
+            by_instant.entry(r.instant).or_default().push(r);
+        }
+        for (instant, runs) in &by_instant {
+            let at = instant % 100_000;
+            assert!(runs.len() <= 2, "job {job} {at}: {:?}", summary(recs, job));
+            assert!(!runs[0].rerun, "job {job} {at}: {:?}", summary(recs, job));
+            if runs.len() == 2 {
+                assert!(
+                    runs[0].outcome.cut_short() && runs[1].rerun,
+                    "job {job} {at}: a second run only as a rerun after a round cut short: {:?}",
+                    summary(recs, job)
+                );
+            }
+            if runs[0].outcome.cut_short() && rerun_due(runs[0]) {
+                assert_eq!(
+                    runs.len(),
+                    2,
+                    "job {job} {at}: the round cut short ran again once: {:?}",
+                    summary(recs, job)
+                );
+            }
+        }
+        let crashed: Vec<i64> = rounds
+            .iter()
+            .filter(|r| r.outcome == Outcome::Dropped)
+            .map(|r| r.instant)
+            .collect();
+        let first = (started / 1_000 + 2) * 1_000;
+        let last = (stopped / 1_000 - 1) * 1_000;
+        let mut instant = first;
+        while instant <= last {
+            let excused = crashed.iter().any(|&x| instant > x && instant <= x + 1_000);
+            assert!(
+                by_instant.contains_key(&instant) || excused,
+                "job {job}: instant {} never ran: {:?}",
+                instant % 100_000,
+                summary(recs, job)
+            );
+            instant += 1_000;
+        }
+    }
+}
+
+/// Checks that the checker has teeth: each planted bug in a good history
+/// makes `check` panic.
+pub fn planted_bugs_are_caught(
+    good: &[Rec],
+    started: i64,
+    stopped: i64,
+    rerun_due: impl Fn(&Rec) -> bool + Copy + std::panic::RefUnwindSafe,
+) {
+    check(good, started, stopped, rerun_due);
+    let fails = |recs: Vec<Rec>, what: &str| {
+        eprintln!("planting a bug in the history: {what} (the panic below is expected)");
+        let caught =
+            std::panic::catch_unwind(|| check(&recs, started, stopped, rerun_due)).is_err();
+        assert!(caught, "the checker missed a planted bug: {what}");
+    };
+    let ran: Vec<&Rec> = good
+        .iter()
+        .filter(|r| r.outcome == Outcome::Ran && !r.rerun)
+        .collect();
+    let victim = (*ran.last().expect("a round that ran")).clone();
+    // An instant run twice though its first round ran to its end.
+    let mut twice = good.to_vec();
+    let mut again = victim.clone();
+    again.rerun = true;
+    again.start_ms = victim.end_ms.unwrap() + 1;
+    again.end_ms = Some(again.start_ms + 1);
+    twice.push(again);
+    fails(twice, "a second run after a round that ran");
+    // Two rounds of one job at once.
+    let mut overlapping = good.to_vec();
+    let mut beside = victim.clone();
+    beside.instant += 100_000_000; // an instant of its own, far away
+    beside.start_ms = victim.start_ms + 1;
+    overlapping.push(beside);
+    fails(overlapping, "two rounds of one job at once");
+    // An instant of the window that ran, and is not excused, never ran.
+    let (first, last) = ((started / 1_000 + 2) * 1_000, (stopped / 1_000 - 1) * 1_000);
+    let gone = ran
+        .iter()
+        .find(|r| {
+            (first..=last).contains(&r.instant)
+                && !good.iter().any(|d| {
+                    d.job == r.job
+                        && d.outcome == Outcome::Dropped
+                        && d.instant == r.instant - 1_000
+                })
+        })
+        .expect("an instant of the window that ran");
+    let mut missing = good.to_vec();
+    missing.retain(|r| !(r.job == gone.job && r.instant == gone.instant));
+    fails(missing, "an instant that never ran");
+    // A round cut short that never ran again.
+    if let Some(cut) = good.iter().find(|r| r.outcome == Outcome::Dropped) {
+        let mut unrun = good.to_vec();
+        unrun.retain(|r| !(r.job == cut.job && r.instant == cut.instant && r.rerun));
+        fails(unrun, "a round cut short never run again");
+    }
+}

@@ -1,0 +1,915 @@
+//! The scheduler's loop on paused Tokio time against an in-memory store whose
+//! clock is Tokio's: instants, overruns, retries within an instant, the rerun
+//! sweep, catch-up, settling, shutdown and per-instance jobs. Default
+//! protocol timings (lease 15 s, renew 2 s, deadline 10 s, grace 5 s).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly"
+)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Call, Logs, Row, T0, TestStore, secs};
+use lease_core::{CancellationToken, Finished, Leases};
+use lease_scheduler::{Error, Job, JobResult, Round, ScheduleError, Scheduler};
+use tokio::task::JoinHandle;
+use tokio::time::sleep;
+
+/// A round as the job saw it, times in ms since `T0`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    instant: i64,
+    started: i64,
+    term: Option<u64>,
+    rerun: bool,
+    catch_up: bool,
+}
+
+#[derive(Clone, Default)]
+struct Rounds(Arc<Mutex<Vec<Seen>>>);
+
+impl Rounds {
+    fn see(&self, store: &TestStore, round: &Round) {
+        self.0.lock().unwrap().push(Seen {
+            instant: round.instant().as_millis() - T0,
+            started: store.now() - T0,
+            term: round.term(),
+            rerun: round.is_rerun(),
+            catch_up: round.is_catch_up(),
+        });
+    }
+
+    fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn instants(&self) -> Vec<i64> {
+        self.all().iter().map(|s| s.instant).collect()
+    }
+}
+
+fn seen(instant: i64, started: i64, term: u64) -> Seen {
+    Seen {
+        instant,
+        started,
+        term: Some(term),
+        rerun: false,
+        catch_up: false,
+    }
+}
+
+/// A job that records its rounds and then does `then`.
+fn recording<F, Fut>(name: &str, schedule: &str, store: &TestStore, rounds: &Rounds, then: F) -> Job
+where
+    F: Fn(Round) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = JobResult> + Send + 'static,
+{
+    let (store, rounds) = (store.clone(), rounds.clone());
+    let then = Arc::new(then);
+    Job::new(name, schedule, move |round: Round| {
+        rounds.see(&store, &round);
+        then(round)
+    })
+}
+
+async fn done(_: Round) -> JobResult {
+    Ok(())
+}
+
+/// Waits for the round's context to end, then stops as cut short.
+async fn until_cancelled(round: Round) -> JobResult {
+    round.cancelled().await;
+    round.check()?;
+    Ok(())
+}
+
+struct Running {
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), Error>>,
+}
+
+impl Running {
+    async fn stop(self) -> Result<(), Error> {
+        self.shutdown.cancel();
+        self.task.await.unwrap()
+    }
+}
+
+fn start(scheduler: Scheduler, wait: Duration) -> Running {
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move { scheduler.run(&token, wait).await });
+    Running { shutdown, task }
+}
+
+/// Sleeps until the store's clock reads `T0 + at_ms`.
+async fn until(store: &TestStore, at_ms: i64) {
+    let left = T0 + at_ms - store.now();
+    sleep(Duration::from_millis(u64::try_from(left).unwrap())).await;
+}
+
+fn leases(store: &TestStore, instance: &str) -> Leases {
+    Leases::new(store.clone()).with_instance(instance)
+}
+
+const NAME: &str = "cron:tick";
+
+#[tokio::test(start_paused = true)]
+async fn each_instant_runs_when_it_comes_and_is_finished() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "@every 10s", &store, &rounds, done))
+        .build()
+        .unwrap();
+    until(&store, 3_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 35_000).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(
+        rounds.all(),
+        [
+            seen(10_000, 10_000, 1),
+            seen(20_000, 20_000, 2),
+            seen(30_000, 30_000, 3)
+        ]
+    );
+    let finishes: Vec<_> = store
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Finish {
+                slot,
+                passed,
+                outcome,
+                ..
+            } => Some((slot - T0, passed - T0, outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        finishes,
+        [
+            (10_000, 10_000, Finished::Released),
+            (20_000, 20_000, Finished::Released),
+            (30_000, 30_000, Finished::Released)
+        ]
+    );
+    let row = store.row(NAME).unwrap();
+    assert_eq!(
+        (row.slot_ms, row.unfinished_slot_ms, row.expires_at_ms),
+        (T0 + 30_000, 0, 0)
+    );
+    // A job that never ran is not caught up: nothing was claimed at start.
+    assert!(
+        store
+            .calls()
+            .contains(&Call::LastSlot { name: NAME.into() })
+    );
+    let started = logs.matching(&[
+        "round started",
+        "job=tick",
+        "instant=2025-12-01T10:00:20.000Z",
+    ]);
+    assert_eq!(started.len(), 1, "{:#?}", logs.lines());
+    assert!(started[0].contains("term=2"), "{started:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_overrun_skips_the_instants_it_covered_and_says_how_many() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let first = Arc::new(AtomicBool::new(true));
+    let job = recording("tick", "@every 10s", &store, &rounds, move |_round| {
+        let long = first.swap(false, Ordering::SeqCst);
+        async move {
+            if long {
+                sleep(secs(25)).await;
+            }
+            Ok(())
+        }
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 45_000).await;
+    running.stop().await.unwrap();
+
+    // 10 s ran until 35 s: 20 s and 30 s were skipped, not stacked.
+    assert_eq!(rounds.instants(), [10_000, 40_000]);
+    assert_eq!(rounds.all()[1].started, 40_000);
+    assert!(store.calls().contains(&Call::Finish {
+        name: NAME.into(),
+        slot: T0 + 10_000,
+        passed: T0 + 30_000,
+        outcome: Finished::Released,
+    }));
+    let claimed: Vec<_> = store
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::ClaimSlot { slot, .. } => Some(slot - T0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        claimed,
+        [10_000, 40_000],
+        "skipped instants are not claimed"
+    );
+    let warned = logs.matching(&["the round overran", "skipped=2"]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+    assert!(
+        warned[0].contains("first_skipped=2025-12-01T10:00:20.000Z"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[0].contains("last_skipped=2025-12-01T10:00:30.000Z"),
+        "{warned:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_database_error_is_retried_within_the_instant() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "@every 10s", &store, &rounds, done))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    store.fail_claims(2);
+    let running = start(scheduler, secs(30));
+    until(&store, 25_000).await;
+    running.stop().await.unwrap();
+
+    // Tried at 10 s and 12 s (failed), 14 s (claimed): still the round of 10 s.
+    let failed: Vec<_> = store
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::ClaimSlotFailed { slot, at, .. } => Some((slot - T0, at - T0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, [(10_000, 10_000), (10_000, 12_000)]);
+    assert_eq!(
+        rounds.all(),
+        [seen(10_000, 14_000, 1), seen(20_000, 20_000, 2)]
+    );
+    assert_eq!(logs.matching(&["trying again", "job=tick"]).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instant_the_database_never_answered_for_is_given_up_for_the_next() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "@every 10s", &store, &rounds, done))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    // Attempts at 10, 12, 14, 16 and 18 s fail; a retry at 20 s would be
+    // when the next instant is due.
+    store.fail_claims(5);
+    let running = start(scheduler, secs(30));
+    until(&store, 25_000).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(rounds.all(), [seen(20_000, 20_000, 1)]);
+    let gave_up = logs.matching(&["gave up the instant", "instant=2025-12-01T10:00:10.000Z"]);
+    assert_eq!(gave_up.len(), 1, "{:#?}", logs.lines());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_reruns_a_round_cut_short_once_and_never_a_third_time() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    // A round of 09:59:00 was cut short and given back (a shutdown), term 3.
+    store.set_row(
+        NAME,
+        Row {
+            term: 3,
+            slot_ms: T0 - 60_000,
+            unfinished_slot_ms: T0 - 60_000,
+            ..Row::default()
+        },
+    );
+    let rounds = Rounds::default();
+    let a = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 1h",
+            &store,
+            &rounds,
+            until_cancelled,
+        ))
+        .catch_up_look_back(Duration::ZERO)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(a, secs(30));
+    until(&store, 5_000).await;
+    // The sweep ran as the scheduler started; the rerun is in flight. Shut
+    // down: it is cut short a second time, and given back.
+    running.stop().await.unwrap();
+    assert_eq!(
+        rounds.all(),
+        [Seen {
+            instant: -60_000,
+            started: 1_000,
+            term: Some(4),
+            rerun: true,
+            catch_up: false
+        }]
+    );
+    let row = store.row(NAME).unwrap();
+    assert_eq!(row.rerun_slot_ms, T0 - 60_000);
+    assert_eq!(row.unfinished_slot_ms, T0 - 60_000);
+    assert_eq!(row.expires_at_ms, 0, "released");
+    let warned = logs.matching(&[
+        "rerun cut short too: the instant stays unfinished for good",
+        "instant=2025-12-01T09:59:00.000Z",
+        "released=true",
+    ]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+    // 10:00:00 came after the rerun's instant, but before the scheduler
+    // started: the rerun skipped nothing.
+    assert_eq!(logs.matching(&["overran"]), Vec::<String>::new());
+
+    // Another replica sweeps every second for a minute: nothing to run.
+    let b = Scheduler::builder(leases(&store, "b"))
+        .job(recording("tick", "@every 1h", &store, &rounds, done))
+        .catch_up_look_back(Duration::ZERO)
+        .sweep_interval(secs(1))
+        .build()
+        .unwrap();
+    let running = start(b, secs(30));
+    until(&store, 65_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        rounds.all().len(),
+        1,
+        "never a third run: {:?}",
+        rounds.all()
+    );
+    let sweeps = store
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::FindUnfinished { .. }))
+        .count();
+    assert!(sweeps >= 30, "b swept {sweeps} times");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_runs_once_per_interval_for_all_jobs_in_one_call() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("one", "@every 1h", &store, &rounds, done))
+        .job(recording("two", "@every 1h", &store, &rounds, done))
+        .job(recording("three", "@every 1h", &store, &rounds, done))
+        .job(recording("local", "@every 1h", &store, &rounds, done).per_instance())
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 65_000).await;
+    running.stop().await.unwrap();
+    let at: Vec<i64> = store
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::FindUnfinished { at } => Some(at - T0),
+            _ => None,
+        })
+        .collect();
+    // At start, then every 15 s plus up to 1 s: 4 or 5 sweeps by 65 s.
+    assert_eq!(at[0], 1_000);
+    assert!((4..=5).contains(&at.len()), "{at:?}");
+    for pair in at.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!((15_000..=16_000).contains(&gap), "{at:?}");
+    }
+}
+
+/// A row of a job that last ran (and finished) `last_ms` from `T0`.
+fn ran_before(store: &TestStore, name: &str, last_ms: i64) {
+    store.set_row(
+        name,
+        Row {
+            term: 7,
+            slot_ms: T0 + last_ms,
+            ..Row::default()
+        },
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_runs_the_last_missed_instant_once_as_the_scheduler_starts() {
+    let store = TestStore::new();
+    ran_before(&store, NAME, -20 * 60_000);
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "0 */10 * * * *", &store, &rounds, done))
+        .build()
+        .unwrap();
+    until(&store, 5 * 60_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 10 * 60_000 + 1_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        rounds.all(),
+        [
+            Seen {
+                instant: 0,
+                started: 5 * 60_000,
+                term: Some(8),
+                rerun: false,
+                catch_up: true
+            },
+            seen(10 * 60_000, 10 * 60_000, 9),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_off_or_past_the_look_back_runs_nothing_at_start() {
+    for look_back in [Duration::ZERO, secs(4 * 60)] {
+        let store = TestStore::new();
+        ran_before(&store, NAME, -20 * 60_000);
+        let rounds = Rounds::default();
+        let scheduler = Scheduler::builder(leases(&store, "a"))
+            .job(recording("tick", "0 */10 * * * *", &store, &rounds, done))
+            .catch_up_look_back(look_back)
+            .build()
+            .unwrap();
+        until(&store, 5 * 60_000).await;
+        let running = start(scheduler, secs(30));
+        until(&store, 10 * 60_000 + 1_000).await;
+        running.stop().await.unwrap();
+        assert_eq!(
+            rounds.all(),
+            [seen(10 * 60_000, 10 * 60_000, 8)],
+            "{look_back:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn catch_up_is_not_run_when_a_replica_already_claimed_the_instant() {
+    let store = TestStore::new();
+    ran_before(&store, NAME, 0);
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "0 */10 * * * *", &store, &rounds, done))
+        .build()
+        .unwrap();
+    until(&store, 5 * 60_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 6 * 60_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(rounds.all(), []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cut_short_and_lost_settles_nothing_and_the_sweep_reruns_it() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let calls = Arc::new(AtomicU32::new(0));
+    let job = recording("tick", "@every 1m", &store, &rounds, move |round: Round| {
+        let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            if first {
+                round.cancelled().await;
+                round.check()?;
+            }
+            Ok(())
+        }
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    store.lose(NAME); // the first renewal, at 62 s, finds the name gone
+    let running = start(scheduler, secs(30));
+    until(&store, 63_000).await;
+    store.unlose(NAME);
+    let calls_so_far = store.calls();
+    assert!(
+        !calls_so_far
+            .iter()
+            .any(|c| matches!(c, Call::Finish { .. } | Call::Release { .. })),
+        "a round cut short and lost settles nothing: {calls_so_far:?}"
+    );
+    let row = store.row(NAME).unwrap();
+    assert_eq!(row.unfinished_slot_ms, T0 + 60_000);
+    assert_eq!(row.expires_at_ms, T0 + 75_000, "left to expire");
+    let warned = logs.matching(&[
+        "round cut short: a replica's sweep runs it again",
+        "lost=true",
+    ]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+    assert!(!warned[0].contains("released"), "{warned:?}");
+
+    // Expired at 75 s; the sweep after that (every 15-16 s) runs it again.
+    until(&store, 100_000).await;
+    running.stop().await.unwrap();
+    let all = rounds.all();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!((all[0].instant, all[0].rerun), (60_000, false));
+    assert_eq!((all[1].instant, all[1].rerun), (60_000, true));
+    assert!((75_000..=97_000).contains(&all[1].started), "{all:?}");
+    let row = store.row(NAME).unwrap();
+    assert_eq!(row.unfinished_slot_ms, 0, "the rerun ran to its end");
+    assert_eq!(row.rerun_slot_ms, T0 + 60_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_later_claim_gives_up_a_round_cut_short_with_a_warning() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &rounds,
+            until_cancelled,
+        ))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    store.lose(NAME);
+    let running = start(scheduler, secs(30));
+    until(&store, 13_000).await;
+    store.unlose(NAME);
+    // 10 s: lost at 12 s, expires at 25 s; 20 s: refused (held); 30 s:
+    // claimed, giving 10 s up before a sweep (16-17 s, 32-34 s) could rerun it.
+    until(&store, 31_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(rounds.instants(), [10_000, 30_000]);
+    let warned = logs.matching(&["gave up a round cut short"]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+    assert!(
+        warned[0].contains("superseded=2025-12-01T10:00:10.000Z"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[0].contains("instant=2025-12-01T10:00:30.000Z"),
+        "{warned:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cut_short_by_shutdown_is_released_for_a_peer_to_rerun() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &rounds,
+            until_cancelled,
+        ))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    running.stop().await.unwrap();
+    let calls = store.calls();
+    assert!(calls.contains(&Call::Release {
+        name: NAME.into(),
+        released: true
+    }));
+    assert!(
+        !calls.iter().any(|c| matches!(c, Call::Finish { .. })),
+        "{calls:?}"
+    );
+    let row = store.row(NAME).unwrap();
+    assert_eq!(
+        (row.unfinished_slot_ms, row.expires_at_ms),
+        (T0 + 10_000, 0),
+        "unfinished and free: the next sweep anywhere finds it"
+    );
+    let warned = logs.matching(&["round cut short", "lost=false", "released=true"]);
+    assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_that_returns_ok_after_the_shutdown_ran_to_its_end() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let job = recording(
+        "tick",
+        "@every 10s",
+        &store,
+        &rounds,
+        |round: Round| async move {
+            round.cancelled().await;
+            Ok(())
+        },
+    );
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    running.stop().await.unwrap();
+    assert!(store.calls().contains(&Call::Finish {
+        name: NAME.into(),
+        slot: T0 + 10_000,
+        passed: T0 + 10_000,
+        outcome: Finished::Released,
+    }));
+    assert_eq!(store.row(NAME).unwrap().unfinished_slot_ms, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_that_ran_to_its_end_is_finished_even_when_its_lease_was_lost() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    // Ignores its context: returns 3 s after the loss, within the grace.
+    let job = recording("tick", "@every 1m", &store, &rounds, |_round| async {
+        sleep(secs(5)).await;
+        Ok(())
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    store.lose(NAME);
+    let running = start(scheduler, secs(30));
+    until(&store, 70_000).await;
+    running.stop().await.unwrap();
+    assert!(store.calls().contains(&Call::Finish {
+        name: NAME.into(),
+        slot: T0 + 60_000,
+        passed: T0 + 60_000,
+        outcome: Finished::RecordedWithoutLease,
+    }));
+    let row = store.row(NAME).unwrap();
+    assert_eq!(row.unfinished_slot_ms, 0, "recorded: never rerun");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_round_ran_to_its_end_and_is_not_rerun() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let job = recording("tick", "@every 10s", &store, &rounds, |_round| async {
+        Err("the report server said no".into())
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 11_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(store.row(NAME).unwrap().unfinished_slot_ms, 0);
+    let failed = logs.matching(&["round failed", "the report server said no"]);
+    assert_eq!(failed.len(), 1, "{:#?}", logs.lines());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_at_most_the_given_wait_then_aborts_the_round() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = dropped.clone();
+    let job = recording("stuck", "@every 10s", &store, &rounds, move |_round| {
+        let guard = SetOnDrop(flag.clone());
+        async move {
+            let _guard = guard;
+            sleep(secs(3_600)).await;
+            Ok(())
+        }
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(5));
+    until(&store, 12_000).await;
+    let err = running.stop().await.unwrap_err();
+    assert_eq!(store.now() - T0, 17_000, "returned when the wait ran out");
+    match err {
+        Error::ShutdownTimedOut { jobs, waited } => {
+            assert_eq!(jobs, ["stuck"]);
+            assert_eq!(waited, secs(5));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    sleep(Duration::from_millis(1)).await;
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the round's work was aborted"
+    );
+    let row = store.row("cron:stuck").unwrap();
+    assert_eq!(
+        row.unfinished_slot_ms,
+        T0 + 10_000,
+        "left to expire and run again"
+    );
+}
+
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_instance_job_runs_on_every_replica_without_a_lease() {
+    let store = TestStore::new();
+    let (ra, rb) = (Rounds::default(), Rounds::default());
+    let a = Scheduler::builder(leases(&store, "a"))
+        .job(recording("local", "@every 10s", &store, &ra, done).per_instance())
+        .build()
+        .unwrap();
+    let b = Scheduler::builder(leases(&store, "b"))
+        .job(recording("local", "@every 10s", &store, &rb, done).per_instance())
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let (a, b) = (start(a, secs(5)), start(b, secs(5)));
+    until(&store, 31_000).await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    for rounds in [ra, rb] {
+        let all = rounds.all();
+        assert_eq!(rounds.instants(), [10_000, 20_000, 30_000]);
+        assert!(all.iter().all(|s| s.term.is_none()), "{all:?}");
+    }
+    assert_eq!(store.row("cron:local"), None);
+    assert!(store.calls().is_empty(), "{:?}", store.calls());
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_replicas_run_each_instant_once() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let a = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "*/5 * * * * *", &store, &rounds, done))
+        .build()
+        .unwrap();
+    let b = Scheduler::builder(leases(&store, "b"))
+        .job(recording("tick", "*/5 * * * * *", &store, &rounds, done))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let (a, b) = (start(a, secs(5)), start(b, secs(5)));
+    until(&store, 31_000).await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    assert_eq!(
+        rounds.instants(),
+        [5_000, 10_000, 15_000, 20_000, 25_000, 30_000]
+    );
+}
+
+#[test]
+fn registration_errors_fail_the_build_with_a_clear_message() {
+    let build = |jobs: Vec<Job>| {
+        let mut b = Scheduler::builder(Leases::new(TestStore::new()));
+        for job in jobs {
+            b = b.job(job);
+        }
+        b.build()
+    };
+    let job = |name: &str, schedule: &str| Job::new(name, schedule, done);
+
+    let err = build(vec![job("", "@hourly")]).unwrap_err();
+    assert!(matches!(err, Error::EmptyName));
+    assert!(err.to_string().contains("empty name"), "{err}");
+
+    let err = build(vec![job("a", "@hourly"), job("a", "@daily")]).unwrap_err();
+    assert!(matches!(&err, Error::DuplicateName { job } if job == "a"));
+    assert!(err.to_string().contains("\"a\""), "{err}");
+
+    // cron: is 5 bytes: a 186-byte name makes a 191-byte lease name.
+    build(vec![job(&"n".repeat(186), "@hourly")]).unwrap();
+    let err = build(vec![job(&"n".repeat(187), "@hourly")]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NameTooLong {
+                len: 192,
+                max: 191,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("192 bytes"), "{err}");
+
+    let err = build(vec![job("a", "every five minutes")]).unwrap_err();
+    match &err {
+        Error::InvalidSchedule {
+            job,
+            schedule,
+            source: ScheduleError::Cron { .. },
+        } => {
+            assert_eq!(
+                (job.as_str(), schedule.as_str()),
+                ("a", "every five minutes")
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let err = build(vec![job("a", "@hourly").time_zone("Not/AZone")]).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::InvalidSchedule {
+                source: ScheduleError::UnknownTimeZone { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let ok = build(vec![
+        job("a", "*/10 * * * * *"),
+        job("b", "0 3 * * *"),
+        job("c", "@daily"),
+        job("d", "@every 5m"),
+        job("e", "CRON_TZ=Europe/Berlin 0 30 2 * * *"),
+        job("f", "0 9 * * MON-FRI").time_zone("America/New_York"),
+        job("g", "@every 1m").per_instance(),
+    ])
+    .unwrap();
+    assert_eq!(
+        ok.jobs().collect::<Vec<_>>(),
+        ["a", "b", "c", "d", "e", "f", "g"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_that_panics_before_its_future_fails_that_round_alone() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let panicking = |name: &str| {
+        let (store, rounds) = (store.clone(), rounds.clone());
+        let calls = Arc::new(AtomicU32::new(0));
+        Job::new(name, "@every 10s", move |round: Round| {
+            assert!(
+                calls.fetch_add(1, Ordering::SeqCst) > 0,
+                "(planted) the first call panics before making its future"
+            );
+            rounds.see(&store, &round);
+            async { Ok(()) }
+        })
+    };
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(panicking("tick"))
+        .job(panicking("local").per_instance())
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(5));
+    until(&store, 21_000).await;
+    running.stop().await.unwrap();
+    let mut instants = rounds.instants();
+    instants.sort_unstable();
+    assert_eq!(
+        instants,
+        [20_000, 20_000],
+        "both jobs go on after the panic"
+    );
+    // The cluster job's panicked round ran to its end (a failure): finished.
+    assert!(store.calls().contains(&Call::Finish {
+        name: NAME.into(),
+        slot: T0 + 10_000,
+        passed: T0 + 10_000,
+        outcome: Finished::Released,
+    }));
+}

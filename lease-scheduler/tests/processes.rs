@@ -1,0 +1,376 @@
+//! Three replica processes on one database (SQLite file, PostgreSQL,
+//! MariaDB/MySQL), four jobs `@every 1s` each; one process is killed with
+//! SIGKILL mid-round. Each process writes what its rounds saw to a file of
+//! its own; the history checker of the in-process test then reads them all.
+//!
+//! The replicas are this test binary run again (`replica_process`, ignored
+//! unless the parent's environment names it), so that no other binary is
+//! needed. Same shortened timings as the in-process test.
+//!
+//! PostgreSQL and MariaDB come from `LEASE_TEST_POSTGRES_URL` and
+//! `LEASE_TEST_MYSQL_URL`: unset, the test is skipped with a note; unset
+//! under `CI=true`, it fails.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly"
+)]
+
+mod history;
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use history::{JOBS, Outcome, Rec, wall_ms};
+use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
+use lease_scheduler::{Job, Round, Scheduler};
+
+const CHILD: &str = "LEASE_SCHEDULER_TEST_CHILD";
+const URL: &str = "LEASE_SCHEDULER_TEST_URL";
+const TABLE: &str = "LEASE_SCHEDULER_TEST_TABLE";
+const PREFIX: &str = "LEASE_SCHEDULER_TEST_PREFIX";
+const LOG: &str = "LEASE_SCHEDULER_TEST_LOG";
+const SECONDS: &str = "LEASE_SCHEDULER_TEST_SECONDS";
+
+const WORK: Duration = Duration::from_millis(150);
+
+fn timings() -> Timings {
+    Timings::builder()
+        .lease(Duration::from_millis(600))
+        .renew(Duration::from_millis(50))
+        .deadline(Duration::from_millis(300))
+        .grace(Duration::from_millis(200))
+        .build()
+        .unwrap()
+}
+
+fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    format!(
+        "{prefix}{}_{}_{}_{:x}",
+        now.as_secs(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        now.subsec_nanos() & 0xffff
+    )
+}
+
+/// The store a URL names, on `table`.
+async fn open(url: &str, table: &str) -> Arc<dyn LeaseStore> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        Arc::new(
+            lease_sqlite::SqliteStore::builder()
+                .path(path)
+                .table(table)
+                .busy_timeout(Duration::from_millis(250))
+                .open()
+                .unwrap(),
+        )
+    } else if url.starts_with("postgres") {
+        Arc::new(
+            lease_postgres::PostgresStore::builder(url)
+                .unwrap()
+                .with_table(table)
+                .connect()
+                .await
+                .unwrap(),
+        )
+    } else {
+        Arc::new(
+            lease_mysql::MySqlStore::builder()
+                .with_table(table)
+                .connect(url)
+                .await
+                .unwrap(),
+        )
+    }
+}
+
+/// One line of a replica's log, written and flushed at once so that a kill
+/// loses nothing written before it.
+fn log(file: &Mutex<File>, line: &str) {
+    let mut file = file.lock().unwrap();
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
+    file.flush().unwrap();
+}
+
+/// A replica: run by the parent test as a child process.
+#[test]
+#[ignore = "a replica process of the cross-process tests: they run it"]
+fn replica_process() {
+    let Ok(replica) = std::env::var(CHILD) else {
+        return;
+    };
+    let var = |name: &str| std::env::var(name).unwrap();
+    let (url, table, prefix) = (var(URL), var(TABLE), var(PREFIX));
+    let seconds: u64 = var(SECONDS).parse().unwrap();
+    let file = Arc::new(Mutex::new(
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(var(LOG))
+            .unwrap(),
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let store = open(&url, &table).await;
+        let leases = Leases::from_arc(store)
+            .with_timings(timings())
+            .with_instance(replica.clone());
+        let mut builder =
+            Scheduler::builder(leases.clone()).sweep_interval(Duration::from_millis(100));
+        for i in 0..JOBS {
+            let file = file.clone();
+            builder = builder.job(Job::new(
+                format!("{prefix}-{i}"),
+                "@every 1s",
+                move |round: Round| {
+                    let file = file.clone();
+                    async move {
+                        let id = format!("{i} {}", round.instant().as_millis());
+                        log(
+                            &file,
+                            &format!(
+                                "start {id} {} {} {}",
+                                round.is_rerun(),
+                                round.term().unwrap(),
+                                wall_ms()
+                            ),
+                        );
+                        tokio::select! {
+                            () = tokio::time::sleep(WORK) => {
+                                log(&file, &format!("end {id} ran {}", wall_ms()));
+                                Ok(())
+                            }
+                            () = round.cancelled() => {
+                                log(&file, &format!("end {id} cut {}", wall_ms()));
+                                round.check()?;
+                                Ok(())
+                            }
+                        }
+                    }
+                },
+            ));
+        }
+        let scheduler = builder.build().unwrap();
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let run = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(5)).await });
+        log(
+            &file,
+            &format!("ready {}", leases.now().await.unwrap().as_millis()),
+        );
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        log(
+            &file,
+            &format!("stopping {}", leases.now().await.unwrap().as_millis()),
+        );
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// What one replica's log says.
+struct Log {
+    ready: Option<i64>,
+    stopping: Option<i64>,
+    recs: Vec<Rec>,
+}
+
+fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
+    let mut log = Log {
+        ready: None,
+        stopping: None,
+        recs: Vec::new(),
+    };
+    let Ok(file) = File::open(path) else {
+        return log;
+    };
+    for line in BufReader::new(file).lines() {
+        let line = line.unwrap();
+        let f: Vec<&str> = line.split(' ').collect();
+        match (f[0], f.len()) {
+            ("ready", 2) => log.ready = Some(f[1].parse().unwrap()),
+            ("stopping", 2) => log.stopping = Some(f[1].parse().unwrap()),
+            ("start", 6) => log.recs.push(Rec {
+                job: f[1].parse().unwrap(),
+                instant: f[2].parse().unwrap(),
+                replica: replica.to_owned(),
+                rerun: f[3].parse().unwrap(),
+                term: f[4].parse().unwrap(),
+                start_ms: f[5].parse().unwrap(),
+                end_ms: None,
+                outcome: Outcome::Running,
+            }),
+            ("end", 5) => {
+                let (job, instant): (usize, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+                let rec = log
+                    .recs
+                    .iter_mut()
+                    .rev()
+                    .find(|r| r.job == job && r.instant == instant)
+                    .unwrap();
+                rec.outcome = if f[3] == "ran" {
+                    Outcome::Ran
+                } else {
+                    Outcome::CutShort
+                };
+                rec.end_ms = Some(f[4].parse().unwrap());
+            }
+            // A line cut by the kill, or still being written.
+            _ => {}
+        }
+    }
+    if let Some(killed) = killed_at {
+        for rec in &mut log.recs {
+            if rec.outcome == Outcome::Running {
+                rec.outcome = Outcome::Dropped;
+                rec.end_ms = Some(killed);
+            }
+        }
+    }
+    log
+}
+
+fn spawn(replica: &str, url: &str, table: &str, prefix: &str, log: &Path, seconds: u64) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "replica_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, replica)
+        .env(URL, url)
+        .env(TABLE, table)
+        .env(PREFIX, prefix)
+        .env(LOG, log)
+        .env(SECONDS, seconds.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Three replica processes; `c` is killed with SIGKILL mid-round.
+async fn scenario(url: &str, table: &str, dir: &Path) {
+    let prefix = unique("processes-");
+    let store = open(url, table).await;
+    Leases::from_arc(store.clone()).migrate().await.unwrap();
+    let logs: Vec<(&str, PathBuf)> = ["a", "b", "c"]
+        .into_iter()
+        .map(|r| (r, dir.join(format!("{r}.log"))))
+        .collect();
+    let mut children: Vec<Child> = logs
+        .iter()
+        .map(|(r, path)| spawn(r, url, table, &prefix, path, 6))
+        .collect();
+
+    // Kill c in the middle of a first round (not a rerun, not at its edge).
+    let give_up = Instant::now() + Duration::from_secs(30);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let killed_at = loop {
+        let c = read(&logs[2].1, "c", None);
+        let open_round = c
+            .recs
+            .iter()
+            .find(|r| r.outcome == Outcome::Running && !r.rerun)
+            .map(|r| (r.job, r.instant, r.start_ms));
+        if let Some((_, _, start)) = open_round {
+            // Well inside the round (150 ms), at least 50 ms before its end:
+            // a kill then cuts it short, not a round about to be finished.
+            if (20..100).contains(&(wall_ms() - start)) {
+                children[2].kill().unwrap();
+                break wall_ms();
+            }
+        }
+        assert!(Instant::now() < give_up, "c never ran a round");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let status = children[2].wait().unwrap();
+    assert!(!status.success(), "c was killed");
+    for child in &mut children[..2] {
+        let status = child.wait().unwrap();
+        assert!(status.success(), "a replica failed: {status}");
+    }
+
+    let a = read(&logs[0].1, "a", None);
+    let b = read(&logs[1].1, "b", None);
+    let c = read(&logs[2].1, "c", Some(killed_at));
+    assert!(
+        c.recs.iter().any(|r| r.outcome == Outcome::Dropped),
+        "c was killed mid-round"
+    );
+    let started = [a.ready, b.ready, c.ready]
+        .into_iter()
+        .map(Option::unwrap)
+        .max()
+        .unwrap();
+    let stopped = a.stopping.unwrap().min(b.stopping.unwrap());
+    let recs: Vec<Rec> = [a.recs, b.recs, c.recs].concat();
+    // Rounds cut short by the survivors' own shutdowns at the end have no
+    // peer left to run them again; the killed replica's must have run again.
+    let rerun_due = |r: &Rec| r.outcome == Outcome::Dropped;
+    history::check(&recs, started, stopped, rerun_due);
+    history::planted_bugs_are_caught(&recs, started, stopped, rerun_due);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_replica_process_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+    scenario(&url, "gst_leases", dir.path()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_replica_process_on_postgres() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let table = unique("lschp_");
+    scenario(&url, &table, dir.path()).await;
+    let store = lease_postgres::PostgresStore::builder(&url)
+        .unwrap()
+        .with_table(&table)
+        .connect()
+        .await
+        .unwrap();
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_a_replica_process_on_mysql() {
+    use mysql_async::prelude::Queryable as _;
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let table = unique("lschp_");
+    scenario(&url, &table, dir.path()).await;
+    let store = lease_mysql::MySqlStore::builder()
+        .with_table(&table)
+        .connect(&url)
+        .await
+        .unwrap();
+    let mut conn = store.pool().get_conn().await.unwrap();
+    conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+        .await
+        .unwrap();
+}
