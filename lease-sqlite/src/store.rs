@@ -16,6 +16,7 @@ use rusqlite::{
 };
 
 use crate::error::SqliteError;
+use crate::schema::{self, Found};
 use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
 
 /// How long a statement waits for another connection's write lock on the
@@ -828,9 +829,33 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
+    /// Inspects the table before anything else, so that an existing table
+    /// is never written to, and creates it only when it is missing. An
+    /// existing table that cannot carry leases (a column missing, names
+    /// compared under a collation other than `BINARY`) is refused with
+    /// [`SqliteError::IncompatibleTable`].
     async fn migrate(&self) -> Result<(), BoxError> {
-        self.run(|conn, sql| conn.execute_batch(&sql.create_table))
-            .await
+        let found = self
+            .run(|conn, sql| {
+                let table = sql.table.name();
+                match schema::inspect(conn, table)? {
+                    Found::Missing => {
+                        conn.execute_batch(&sql.create_table)?;
+                        schema::inspect(conn, table)
+                    }
+                    found => Ok(found),
+                }
+            })
+            .await?;
+        match found {
+            Found::Usable => Ok(()),
+            Found::Missing => Err("the lease table is still missing after its creation".into()),
+            Found::Incompatible(reason) => Err(SqliteError::IncompatibleTable {
+                table: self.inner.sql.table.name().to_owned(),
+                reason,
+            }
+            .into()),
+        }
     }
 }
 
