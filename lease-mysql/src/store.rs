@@ -17,7 +17,7 @@ use mysql_async::{
 };
 
 use crate::error::MySqlError;
-use crate::schema::{DEFAULT_TABLE, NAME_COLUMN_TYPE, TableName};
+use crate::schema::{self, DEFAULT_TABLE, Found, TableName};
 use crate::sql::{self, Statements};
 
 /// A boxed, `Send` future: what the work of a
@@ -479,40 +479,42 @@ impl MySqlStore {
     }
 
     /// Creates the lease table if it does not exist, and checks that an
-    /// existing one compares names byte for byte. Safe when many replicas
-    /// run it at once: `CREATE TABLE IF NOT EXISTS` takes the table name's
-    /// metadata lock, and the others find the table there.
+    /// existing one can carry leases. The table is looked for first, in
+    /// `information_schema`, so a user with only `SELECT`, `INSERT` and
+    /// `UPDATE` on an existing table can migrate; `CREATE` is needed only
+    /// to create it. Safe when many replicas run it at once: `CREATE TABLE
+    /// IF NOT EXISTS` takes the table name's metadata lock, and the others
+    /// find the table there.
     ///
     /// # Errors
     ///
     /// [`MySqlError::Database`] when the server refuses (missing `CREATE`
-    /// privilege) or does not answer; [`MySqlError::IncompatibleTable`]
-    /// when the table exists with a `name` column that is not binary.
+    /// privilege for a missing table) or does not answer;
+    /// [`MySqlError::IncompatibleTable`] when the table exists without a
+    /// column the statements use, or with a `name` column that is not
+    /// binary.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the table is either created or not.
     pub async fn migrate(&self) -> Result<(), MySqlError> {
         let mut conn = self.inner.pool.get_conn().await?;
-        conn.query_drop(self.inner.sql.create_table.as_str())
-            .await?;
-        let data_type: Option<String> = conn
-            .exec_first(
-                NAME_COLUMN_TYPE,
-                params! {
-                    "schema" => self.inner.table.schema(),
-                    "table" => self.inner.table.table(),
-                },
-            )
-            .await?;
-        match data_type.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            Some("varbinary" | "binary") => Ok(()),
-            other => Err(MySqlError::IncompatibleTable {
-                table: self.inner.table.quoted().to_owned(),
-                reason: format!(
-                    "its name column is {}, not VARBINARY: names would not compare byte for byte",
-                    other.unwrap_or("missing")
-                ),
+        let table = &self.inner.table;
+        let mut found = schema::inspect(&mut conn, table).await?;
+        if found == Found::Missing {
+            conn.query_drop(self.inner.sql.create_table.as_str())
+                .await?;
+            found = schema::inspect(&mut conn, table).await?;
+        }
+        match found {
+            Found::Usable => Ok(()),
+            Found::Missing => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason: "it is not in information_schema after its creation".to_owned(),
+            }),
+            Found::Incompatible(reason) => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason,
             }),
         }
     }

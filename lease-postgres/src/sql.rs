@@ -163,9 +163,15 @@ impl Statements {
 pub(crate) const NOW: &str =
     "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms";
 
-/// Whether a relation of that (quoted, maybe qualified) name exists on the
-/// search path: `migrate` skips the DDL, and its privileges, when it does.
-pub(crate) const TABLE_EXISTS: &str = "SELECT to_regclass($1::text) IS NOT NULL";
+/// The columns of the relation of that (quoted, maybe qualified) name on
+/// the search path, each with whether it compares under a deterministic
+/// collation (byte for byte; a nondeterministic ICU collation can make `JOB`
+/// and `job` equal); no row when there is no such relation. `migrate` checks
+/// them, and skips the DDL and its privileges, when there is one. The
+/// catalog is readable by every role.
+pub(crate) const TABLE_COLUMNS: &str = "SELECT a.attname::text, COALESCE(c.collisdeterministic, true) \
+     FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation \
+     WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped";
 
 /// Serialises concurrent `migrate` calls on one database (released at commit).
 pub(crate) const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock($1::bigint)";
