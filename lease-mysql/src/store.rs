@@ -202,7 +202,9 @@ impl MySqlStoreBuilder {
 
     /// Builds the store on a pool of its own for `url`, and makes one
     /// connection to check the server: reachable, credentials accepted, TLS
-    /// as asked, MariaDB 10.6+ or MySQL 8+.
+    /// as asked, MariaDB 10.6+ or MySQL 8+; and the table, when it exists
+    /// already, as [`migrate`](Self::migrate) checks it (no `AUTO_INCREMENT`
+    /// column, no trigger, every column there, a binary `name`).
     ///
     /// `url` is `mysql://user:password@host:port/database?params` or the same
     /// with `mariadb://`; the parameters are mysql_async's (`require_ssl`,
@@ -216,9 +218,9 @@ impl MySqlStoreBuilder {
     /// [`MySqlError::UnsupportedScheme`], [`MySqlError::InvalidUrl`],
     /// [`MySqlError::InvalidTableName`] or [`MySqlError::InvalidSetting`]
     /// before any connection; [`MySqlError::Connect`],
-    /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`] or
-    /// [`MySqlError::UnsupportedServer`] from the first connection. None of
-    /// them carries the password.
+    /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`],
+    /// [`MySqlError::UnsupportedServer`] or [`MySqlError::IncompatibleTable`]
+    /// from the first connection. None of them carries the password.
     ///
     /// # Cancel safety
     ///
@@ -250,9 +252,13 @@ impl MySqlStoreBuilder {
         let server = describe_server(&opts);
         let tls = opts.ssl_opts().is_some();
         let pool = Pool::new(opts);
-        let checked = tokio::time::timeout(self.connect_timeout, check_server(&pool)).await;
+        let checked = tokio::time::timeout(self.connect_timeout, check_server(&pool, &table)).await;
         let failure = match checked {
             Ok(Ok(())) => None,
+            Ok(Err(CheckError::Table(reason))) => Some(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason,
+            }),
             Ok(Err(CheckError::Driver(source))) => Some(connect_error(&server, source)),
             Ok(Err(CheckError::Version(version))) => Some(MySqlError::UnsupportedServer {
                 server: server.clone(),
@@ -279,6 +285,11 @@ impl MySqlStoreBuilder {
     /// statement cache of at least 16. The store reads its outcomes from the
     /// OK packet, so the pool's `client_found_rows` setting does not matter.
     ///
+    /// As nothing is sent, the table is not checked here: run
+    /// [`migrate`](MySqlStore::migrate) as the process starts, which refuses
+    /// a table the statements cannot use (with an `AUTO_INCREMENT` column or
+    /// a trigger, say) before any claim.
+    ///
     /// # Errors
     ///
     /// [`MySqlError::InvalidTableName`] for a bad table name.
@@ -298,20 +309,28 @@ impl MySqlStoreBuilder {
 enum CheckError {
     Driver(mysql_async::Error),
     Version(String),
+    /// The table exists and cannot carry leases, for this reason.
+    Table(String),
 }
 
-/// Connects once and checks the server's version.
-async fn check_server(pool: &Pool) -> Result<(), CheckError> {
+/// Connects once and checks the server's version, and the table if it
+/// exists already (a missing one is `migrate`'s to create).
+async fn check_server(pool: &Pool, table: &TableName) -> Result<(), CheckError> {
     let mut conn = pool.get_conn().await.map_err(CheckError::Driver)?;
     let version: Option<String> = conn
         .query_first("SELECT VERSION()")
         .await
         .map_err(CheckError::Driver)?;
     let version = version.unwrap_or_default();
-    if supported_version(&version) {
-        Ok(())
-    } else {
-        Err(CheckError::Version(version))
+    if !supported_version(&version) {
+        return Err(CheckError::Version(version));
+    }
+    match schema::inspect(&mut conn, table)
+        .await
+        .map_err(CheckError::Driver)?
+    {
+        Found::Incompatible(reason) => Err(CheckError::Table(reason)),
+        Found::Missing | Found::Usable => Ok(()),
     }
 }
 
@@ -491,8 +510,9 @@ impl MySqlStore {
     /// [`MySqlError::Database`] when the server refuses (missing `CREATE`
     /// privilege for a missing table) or does not answer;
     /// [`MySqlError::IncompatibleTable`] when the table exists without a
-    /// column the statements use, or with a `name` column that is not
-    /// binary.
+    /// column the statements use, with a `name` column that is not binary,
+    /// with an `AUTO_INCREMENT` column or with a trigger (see the crate
+    /// docs).
     ///
     /// # Cancel safety
     ///

@@ -145,6 +145,8 @@ async fn a_user_with_select_insert_update_only_migrates_an_existing_table() {
     outcome.unwrap();
 }
 
+/// The store refuses, as it connects and in `migrate`, a table without a
+/// column the statements use, and leaves it as it is.
 #[tokio::test]
 async fn an_existing_table_missing_a_column_is_refused_and_left_as_it_is() {
     let Some(url) = common::url() else { return };
@@ -159,12 +161,13 @@ async fn an_existing_table_missing_a_column_is_refused_and_left_as_it_is() {
         ),
     )
     .await;
-    let store = MySqlStore::builder()
-        .with_table(&table)
-        .connect(&url)
-        .await
-        .unwrap();
-    let outcome = store.migrate().await;
+    let outcome = assert_refused(
+        &url,
+        &admin,
+        &table,
+        "slot_ms, unfinished_slot_ms, rerun_slot_ms",
+    )
+    .await;
     let mut conn = admin.get_conn().await.unwrap();
     let columns: Option<i64> = conn
         .exec_first(
@@ -175,16 +178,119 @@ async fn an_existing_table_missing_a_column_is_refused_and_left_as_it_is() {
         .await
         .unwrap();
     drop(conn);
-    common::drop_table(&store, &table).await;
+    exec(&admin, &format!("DROP TABLE `{table}`")).await;
     admin.disconnect().await.unwrap();
-    match outcome {
-        Err(MySqlError::IncompatibleTable { reason, .. }) => {
-            assert!(
-                reason.contains("slot_ms, unfinished_slot_ms, rerun_slot_ms"),
-                "{reason}"
-            );
-        }
-        other => panic!("expected IncompatibleTable, got {other:?}"),
-    }
+    outcome.unwrap();
     assert_eq!(columns, Some(5));
+}
+
+/// What went wrong, in words, when a store accepted a table it should have
+/// refused: the terms its claims returned against the terms in the rows.
+async fn claims_against_rows(store: MySqlStore, admin: &Pool, table: &str) -> String {
+    let leases = Leases::new(store);
+    let mut report = Vec::new();
+    for name in ["a", "b", "c"] {
+        let claimed = leases.claim(name).await;
+        let mut conn = admin.get_conn().await.unwrap();
+        let row: Option<(u64, String)> = conn
+            .exec_first(
+                format!("SELECT term, holder FROM `{table}` WHERE name = ?"),
+                (name,),
+            )
+            .await
+            .unwrap();
+        let returned = match &claimed {
+            Ok(Some(h)) => format!("claimed, term {}", h.term()),
+            Ok(None) => "not claimed".to_owned(),
+            Err(e) => format!("error {e}"),
+        };
+        let held = match (&claimed, row) {
+            (Ok(Some(h)), Some((term, holder))) if holder == h.holder() => format!("term {term}"),
+            (_, Some((term, _))) => format!("term {term} (someone's)"),
+            (_, None) => "no row".to_owned(),
+        };
+        report.push(format!("{name}: {returned}; the row: {held}"));
+    }
+    report.join("; ")
+}
+
+/// Runs `check` on a store connected to `table`, then on one from a pool
+/// (which sends nothing) through `migrate`: both must refuse the table with
+/// a reason containing `needle`.
+async fn assert_refused(url: &str, admin: &Pool, table: &str, needle: &str) -> Result<(), String> {
+    match MySqlStore::builder().with_table(table).connect(url).await {
+        Err(MySqlError::IncompatibleTable { reason, .. }) if reason.contains(needle) => {}
+        Err(e) => return Err(format!("connect: unexpected {e:?}")),
+        Ok(store) => {
+            return Err(format!(
+                "connect accepted the table: {}",
+                claims_against_rows(store, admin, table).await
+            ));
+        }
+    }
+    let pool = Pool::new(Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap());
+    let store = MySqlStore::builder()
+        .with_table(table)
+        .from_pool(pool)
+        .unwrap();
+    let migrated = store.migrate().await;
+    store.pool().clone().disconnect().await.unwrap();
+    match migrated {
+        Err(MySqlError::IncompatibleTable { reason, .. }) if reason.contains(needle) => Ok(()),
+        other => Err(format!("migrate: unexpected {other:?}")),
+    }
+}
+
+/// Issue 16, item 2: on a hand-made table with an `AUTO_INCREMENT` column,
+/// claims returned the column's ids as their terms (1, 2, 3 while every row
+/// held term 1): wrong fencing tokens.
+#[tokio::test]
+async fn a_table_with_an_auto_increment_column_is_refused() {
+    let Some(url) = common::url() else { return };
+    let table = unique("autoinc");
+    let root = common::fresh(&url, &table).await;
+    let admin = admin(&url);
+    exec(
+        &admin,
+        &format!("ALTER TABLE `{table}` ADD COLUMN id BIGINT NOT NULL AUTO_INCREMENT UNIQUE"),
+    )
+    .await;
+    let outcome = assert_refused(&url, &admin, &table, "AUTO_INCREMENT").await;
+    common::drop_table(&root, &table).await;
+    admin.disconnect().await.unwrap();
+    outcome.unwrap();
+}
+
+/// Issue 16, item 2: with an audit trigger inserting into a table of its
+/// own, a claim that succeeded in the database returned "not claimed".
+#[tokio::test]
+async fn a_table_with_a_trigger_is_refused() {
+    let Some(url) = common::url() else { return };
+    let table = unique("trig");
+    let audit = format!("{table}_audit");
+    let root = common::fresh(&url, &table).await;
+    let admin = admin(&url);
+    exec(
+        &admin,
+        &format!(
+            "CREATE TABLE `{audit}` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+             name VARBINARY(191) NOT NULL)"
+        ),
+    )
+    .await;
+    for event in ["INSERT", "UPDATE"] {
+        exec(
+            &admin,
+            &format!(
+                "CREATE TRIGGER `{table}_{event}` AFTER {event} ON `{table}` FOR EACH ROW \
+                 INSERT INTO `{audit}` (name) VALUES (NEW.name)"
+            ),
+        )
+        .await;
+    }
+    let outcome = assert_refused(&url, &admin, &table, "trigger").await;
+    common::drop_table(&root, &table).await;
+    common::drop_table(&root, &audit).await;
+    admin.disconnect().await.unwrap();
+    outcome.unwrap();
 }
