@@ -216,8 +216,8 @@ impl MySqlStoreBuilder {
     /// # Errors
     ///
     /// [`MySqlError::UnsupportedScheme`], [`MySqlError::InvalidUrl`],
-    /// [`MySqlError::InvalidTableName`] or [`MySqlError::InvalidSetting`]
-    /// before any connection; [`MySqlError::Connect`],
+    /// [`MySqlError::UnencodedPassword`], [`MySqlError::InvalidTableName`]
+    /// or [`MySqlError::InvalidSetting`] before any connection; [`MySqlError::Connect`],
     /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`],
     /// [`MySqlError::UnsupportedServer`] or [`MySqlError::IncompatibleTable`]
     /// from the first connection. None of them carries the password.
@@ -369,7 +369,26 @@ fn parse_url(url: &str) -> Result<Opts, MySqlError> {
     if scheme != "mysql" && scheme != "mariadb" {
         return Err(MySqlError::UnsupportedScheme { scheme });
     }
+    if unencoded_userinfo(rest) {
+        return Err(MySqlError::UnencodedPassword);
+    }
     Opts::from_url(&format!("mysql://{rest}")).map_err(|source| MySqlError::InvalidUrl { source })
+}
+
+/// Whether `rest` (the URL after `://`) looks like a password with a `/`,
+/// `?` or `#` that was not percent-encoded: the authority ends at the first
+/// of them, so it holds no `@`, and the `@` that ended the user information
+/// shows up after it, before any query parameter's `=` or `&`. (An `@` in a
+/// password the URL parser takes in its stride: the last `@` of the
+/// authority ends the user information.)
+fn unencoded_userinfo(rest: &str) -> bool {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[..end].contains('@') {
+        return false;
+    }
+    rest.get(end + 1..)
+        .and_then(|tail| tail.split(['&', '=']).next())
+        .is_some_and(|first| first.contains('@'))
 }
 
 /// `host:port`, or the socket path: what errors and `Debug` name.

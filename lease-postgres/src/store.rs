@@ -685,6 +685,21 @@ fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
             ));
         }
     }
+    // The driver ends the user information at the first `@`: one left in
+    // the password makes the rest of it part of the host, which errors
+    // would then show. The host can hold no `@`.
+    let after_credentials = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'));
+    if let Some((_, after)) = after_credentials {
+        let host = after.split(['/', '?']).next().unwrap_or_default();
+        if host.contains('@') {
+            return Err(invalid(
+                "an '@' is left in the user information: percent-encode the password (%40)"
+                    .to_owned(),
+            ));
+        }
+    }
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut kept = Vec::new();
     let mut ssl_mode = SslMode::default();
