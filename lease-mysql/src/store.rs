@@ -17,6 +17,7 @@ use mysql_async::{
 };
 
 use crate::error::MySqlError;
+use crate::pool::MySqlPool;
 use crate::schema::{self, DEFAULT_TABLE, Found, TableName};
 use crate::sql::{self, Statements};
 
@@ -203,7 +204,7 @@ impl MySqlStoreBuilder {
     /// Builds the store on a pool of its own for `url`, and makes one
     /// connection to check the server: reachable, credentials accepted, TLS
     /// as asked, MariaDB 10.6+ or MySQL 8+; and the table, when it exists
-    /// already, as [`migrate`](Self::migrate) checks it (no `AUTO_INCREMENT`
+    /// already, as [`migrate`](MySqlStore::migrate) checks it (no `AUTO_INCREMENT`
     /// column, no trigger, every column there, a binary `name`).
     ///
     /// `url` is `mysql://user:password@host:port/database?params` or the same
@@ -424,7 +425,7 @@ pub struct MySqlStore {
 }
 
 struct Inner {
-    pool: Pool,
+    pool: MySqlPool,
     table: TableName,
     sql: Statements,
     server: String,
@@ -488,7 +489,7 @@ impl MySqlStore {
         let sql = Statements::new(table.quoted());
         MySqlStore {
             inner: Arc::new(Inner {
-                pool,
+                pool: MySqlPool::new(pool, server.clone()),
                 table,
                 sql,
                 server,
@@ -498,9 +499,15 @@ impl MySqlStore {
         }
     }
 
-    /// The pool the store runs on.
+    /// The pool the store runs on, for the application's own statements.
+    ///
+    /// mysql_async's [`Pool`] prints the password in its `Debug` output, so
+    /// the pool comes wrapped in a [`MySqlPool`], whose `Debug` shows the
+    /// server alone and which dereferences to the [`Pool`]
+    /// (`store.pool().get_conn()`). Log the store or this wrapper, never
+    /// the [`Pool`] behind it.
     #[must_use]
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &MySqlPool {
         &self.inner.pool
     }
 

@@ -234,7 +234,13 @@ async fn assert_refused(url: &str, admin: &Pool, table: &str, needle: &str) -> R
         .from_pool(pool)
         .unwrap();
     let migrated = store.migrate().await;
-    store.pool().clone().disconnect().await.unwrap();
+    store
+        .pool()
+        .clone()
+        .into_inner()
+        .disconnect()
+        .await
+        .unwrap();
     match migrated {
         Err(MySqlError::IncompatibleTable { reason, .. }) if reason.contains(needle) => Ok(()),
         other => Err(format!("migrate: unexpected {other:?}")),

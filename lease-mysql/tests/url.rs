@@ -66,3 +66,24 @@ async fn an_encoded_password_with_those_characters_connects() {
     admin.disconnect().await.unwrap();
     connected.unwrap();
 }
+
+/// Issue 16, item 6: `MySqlStore::pool()` handed out mysql_async's `Pool`,
+/// whose `Debug` prints the password.
+#[test]
+fn the_pool_the_store_hands_out_does_not_show_the_password() {
+    use lease_mysql::mysql_async::{Opts, Pool};
+
+    let opts = Opts::from_url("mysql://app:Pw-s3cret-7@127.0.0.1:1/test").unwrap();
+    let store = MySqlStore::builder().from_pool(Pool::new(opts)).unwrap();
+    let shown = format!("{:?} {:#?} {store:?}", store.pool(), store.pool());
+    assert!(!shown.contains("Pw-s3cret-7"), "{shown}");
+    assert!(shown.contains("MySqlPool"), "{shown}");
+    // What the accessor used to return, and still derefs to, does show it.
+    let inner = format!("{:?}", **store.pool());
+    assert!(
+        inner.contains("Pw-s3cret-7"),
+        "mysql_async's Pool Debug changed: {inner}"
+    );
+    // The wrapper is the pool: its methods are there.
+    let _conn = store.pool().get_conn();
+}

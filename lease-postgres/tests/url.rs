@@ -42,3 +42,22 @@ fn encoded_passwords_and_plain_urls_are_accepted() {
         let _builder = PostgresStore::builder(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     }
 }
+
+/// The pool the store hands out, and the store, show no password in
+/// `Debug` (tokio-postgres redacts it in its `Config`).
+#[test]
+fn the_pool_the_store_hands_out_does_not_show_the_password() {
+    use lease_postgres::deadpool_postgres::{Manager, Pool};
+    use lease_postgres::tokio_postgres::{Config, NoTls};
+
+    let mut config = Config::new();
+    config
+        .host("127.0.0.1")
+        .port(1)
+        .user("app")
+        .password("Pw-s3cret-7");
+    let pool = Pool::builder(Manager::new(config, NoTls)).build().unwrap();
+    let store = PostgresStore::from_pool(pool);
+    let shown = format!("{:?} {:#?} {store:?}", store.pool(), store.pool());
+    assert!(!shown.contains("Pw-s3cret-7"), "{shown}");
+}
