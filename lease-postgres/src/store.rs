@@ -18,6 +18,7 @@ use crate::error::PostgresError;
 use crate::schema;
 use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
 use crate::tls::{self, SslMode};
+use crate::token::Token;
 
 /// The bound on every statement of the store's own connections, unless the
 /// builder says otherwise: half the default local deadline, the bound
@@ -515,6 +516,7 @@ impl LeaseStore for PostgresStore {
         instance: &str,
         lease_ms: i64,
     ) -> Result<Option<u64>, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.claim).await?;
         let row = client
@@ -524,6 +526,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.renew).await?;
         Ok(client.execute(&stmt, &[&name, &holder, &lease_ms]).await? == 1)
@@ -535,7 +538,7 @@ impl LeaseStore for PostgresStore {
         lease_ms: i64,
     ) -> Result<Vec<bool>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
-        let holders: Vec<&str> = leases.iter().map(|(_, holder)| *holder).collect();
+        let holders: Vec<Token<'_>> = leases.iter().map(|(_, holder)| Token(holder)).collect();
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.renew_many).await?;
         let rows = client.query(&stmt, &[&names, &holders, &lease_ms]).await?;
@@ -549,6 +552,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.verify).await?;
         let row = client.query_opt(&stmt, &[&name, &holder]).await?;
@@ -556,6 +560,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.release).await?;
         Ok(client.execute(&stmt, &[&name, &holder]).await? == 1)
@@ -569,6 +574,7 @@ impl LeaseStore for PostgresStore {
         slot_ms: i64,
         lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.claim_slot).await?;
         let Some(row) = client
@@ -603,6 +609,7 @@ impl LeaseStore for PostgresStore {
         slot_ms: i64,
         passed_ms: i64,
     ) -> Result<Finished, BoxError> {
+        let holder = holder.map(Token);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.finish).await?;
         let row = client
@@ -644,6 +651,7 @@ impl LeaseStore for PostgresStore {
         let Ok(term) = i64::try_from(term) else {
             return Ok(false);
         };
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.claim_rerun).await?;
         Ok(client

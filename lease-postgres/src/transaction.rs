@@ -12,6 +12,7 @@ use lease_core::{BoxError, EndCause, LeaseContext, LostCause};
 use tokio_postgres::{CancelToken, NoTls};
 
 use crate::store::{CancelTls, DEFAULT_STATEMENT_TIMEOUT, PostgresStore};
+use crate::token::Token;
 
 /// A boxed future that is `Send`: what the work of a guarded transaction
 /// returns, so that it may borrow the transaction.
@@ -321,7 +322,10 @@ where
     let db = |e| TransactionError::database(name, e);
     let mut tx = client.transaction().await.map_err(db)?;
     let stmt = tx.prepare_cached(verify).await.map_err(db)?;
-    let verified = tx.query_opt(&stmt, &[&name, &holder]).await.map_err(db)?;
+    let verified = tx
+        .query_opt(&stmt, &[&name, &Token(holder)])
+        .await
+        .map_err(db)?;
     if verified.is_none() {
         tracing::debug!(
             name,
