@@ -49,6 +49,13 @@ struct Stores {
 
 impl Stores {
     async fn connect(url: &str) -> Stores {
+        Stores::connect_keeping(url, 0).await
+    }
+
+    /// As [`connect`](Self::connect), the proxied pool keeping `min` idle
+    /// connections: with none, mysql_async closes each connection as it
+    /// comes back, and every statement connects anew.
+    async fn connect_keeping(url: &str, min: usize) -> Stores {
         let table = unique_table();
         let direct = MySqlStore::builder()
             .with_table(&table)
@@ -59,7 +66,7 @@ impl Stores {
         let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
         let proxied = MySqlStore::builder()
             .with_table(&table)
-            .with_pool_constraints(0, 2)
+            .with_pool_constraints(min, 2)
             .with_prefer_socket(false)
             .connect(&proxied_url)
             .await
@@ -89,6 +96,27 @@ async fn holder_steps_down_well_before_the_database_frees_the_name() {
     };
     let stores = Stores::connect(&url).await;
     let _ = network::steps_down_before_the_name_is_free(
+        "MySQL/MariaDB",
+        Leases::new(stores.proxied.clone()),
+        Leases::new(stores.direct.clone()),
+        &stores.proxy,
+    )
+    .await;
+    stores.close().await;
+}
+
+/// Issue 16, item 1: renewals the holder abandoned, held back by the
+/// stalled path, renewed the lease for nobody once it healed. The proxied
+/// pool keeps its connections, as a production pool does (mysql_async's
+/// default keeps 10): a renewal sent on a new connection would stall in the
+/// handshake, before its statement left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_renewals_do_not_outlive_a_step_down() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let stores = Stores::connect_keeping(&url, 2).await;
+    let _ = network::late_renewals_do_not_outlive_a_step_down(
         "MySQL/MariaDB",
         Leases::new(stores.proxied.clone()),
         Leases::new(stores.direct.clone()),

@@ -92,6 +92,24 @@ async fn holder_steps_down_well_before_the_database_frees_the_name() {
     stores.close().await;
 }
 
+/// Issue 16, item 1: renewals the holder abandoned, held back by the
+/// stalled path, renewed the lease for nobody once it healed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_renewals_do_not_outlive_a_step_down() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let stores = Stores::connect(&url).await;
+    let _ = network::late_renewals_do_not_outlive_a_step_down(
+        "PostgreSQL",
+        Leases::new(stores.proxied.clone()),
+        Leases::new(stores.direct.clone()),
+        &stores.proxy,
+    )
+    .await;
+    stores.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_cut_under_the_holder_cost_it_nothing() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
