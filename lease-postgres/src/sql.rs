@@ -240,11 +240,15 @@ fn verify(t: &str) -> String {
 }
 
 /// [`verify`], locking the row `FOR KEY SHARE` until the transaction ends:
-/// the first statement of a guarded transaction.
+/// the first statement of a guarded transaction. When the lease is held it
+/// also sets `idle_in_transaction_session_timeout` to `$3` (milliseconds,
+/// as text) for the transaction, so that a holder frozen inside it cannot
+/// keep the row locked, and every claim of the name waiting, for longer.
 fn verify_locked(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
-         SELECT l.term FROM {t} AS l, now \
+         SELECT l.term, set_config('idle_in_transaction_session_timeout', $3::text, true) \
+           FROM {t} AS l, now \
           WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms \
             FOR KEY SHARE OF l"
     )
