@@ -60,6 +60,7 @@ pub struct MySqlStoreBuilder {
     pool_constraints: Option<(usize, usize)>,
     lock_wait_timeout: Duration,
     statement_timeout: Option<Duration>,
+    idle_transaction_timeout: Option<Duration>,
     connect_timeout: Duration,
     tls: Option<SslOpts>,
     prefer_socket: Option<bool>,
@@ -75,6 +76,7 @@ impl fmt::Debug for MySqlStoreBuilder {
             .field("pool_constraints", &self.pool_constraints)
             .field("lock_wait_timeout", &self.lock_wait_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("idle_transaction_timeout", &self.idle_transaction_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls.is_some())
             .field("prefer_socket", &self.prefer_socket)
@@ -90,6 +92,7 @@ impl Default for MySqlStoreBuilder {
             pool_constraints: None,
             lock_wait_timeout: MySqlStoreBuilder::DEFAULT_LOCK_WAIT_TIMEOUT,
             statement_timeout: Some(MySqlStoreBuilder::DEFAULT_STATEMENT_TIMEOUT),
+            idle_transaction_timeout: Some(MySqlStoreBuilder::DEFAULT_IDLE_TRANSACTION_TIMEOUT),
             connect_timeout: MySqlStoreBuilder::DEFAULT_CONNECT_TIMEOUT,
             tls: None,
             prefer_socket: None,
@@ -106,6 +109,9 @@ impl MySqlStoreBuilder {
     /// The default server-side bound on each statement: 5 s, the protocol's
     /// bound on its own statements.
     pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default bound, on MariaDB, on how long a session may sit idle
+    /// inside a transaction: 10 s, the protocol's default local deadline.
+    pub const DEFAULT_IDLE_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
     /// The default bound on the first connection: 10 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
     /// The default number of prepared statements cached per connection: 32,
@@ -146,6 +152,26 @@ impl MySqlStoreBuilder {
         self
     }
 
+    /// Sets, on MariaDB, how long a session of the store may sit idle inside
+    /// a transaction before the server ends it (`idle_transaction_timeout`,
+    /// whole seconds, rounded up), or `None` for the server's own (no bound,
+    /// by default). Default 10 s, the protocol's default local deadline:
+    /// keep it at the [local deadline](lease_core::Timings::deadline) of the
+    /// leases the store carries.
+    ///
+    /// It is what ends a [guarded transaction](MySqlStore::transaction)
+    /// whose holder froze inside it (a stopped process, a partition): its
+    /// shared lock on the lease row would otherwise hold every claim of the
+    /// name back for as long as the holder stays frozen. The store's own
+    /// statements never sit idle in a transaction. MySQL 8 has no such
+    /// setting: there a frozen holder's lock lasts until the server drops
+    /// its connection (`wait_timeout`, TCP keepalive), each claim failing
+    /// after the lock-wait bound meanwhile.
+    pub fn with_idle_transaction_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_transaction_timeout = timeout;
+        self
+    }
+
     /// Sets the bound on the first connection [`connect`](Self::connect)
     /// makes. Default 10 s.
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
@@ -180,8 +206,9 @@ impl MySqlStoreBuilder {
     }
 
     /// The session setup statement the store runs on every connection of
-    /// the pool it builds: strict SQL mode, the lock-wait bound and the
-    /// statement bound. A pool handed to [`from_pool`](Self::from_pool) is
+    /// the pool it builds: strict SQL mode, the lock-wait bound, the
+    /// statement bound and, on MariaDB, the idle-in-transaction bound. A
+    /// pool handed to [`from_pool`](Self::from_pool) is
     /// the caller's: give its `OptsBuilder::setup` this statement.
     ///
     /// # Errors
@@ -198,7 +225,17 @@ impl MySqlStoreBuilder {
         let statement_ms = self
             .statement_timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-        Ok(sql::session_setup(lock_wait, statement_ms))
+        let mut setup = sql::session_setup(lock_wait, statement_ms);
+        if let Some(idle) = self.idle_transaction_timeout {
+            // MariaDB 10.3+ runs it; MySQL ignores the comment. Whole
+            // seconds, rounded up: never shorter than asked.
+            let secs = idle.as_secs() + u64::from(idle.subsec_nanos() > 0);
+            setup.push_str(&format!(
+                " /*M!100300 , idle_transaction_timeout = {} */",
+                secs.max(1)
+            ));
+        }
+        Ok(setup)
     }
 
     /// Builds the store on a pool of its own for `url`, and makes one
