@@ -299,7 +299,7 @@ const HEAL_AFTER: Duration = Duration::from_millis(1_000);
 /// proxy [pauses](Proxy::pause), so the holder's renewals hang (their bytes
 /// held back in the proxy) until it steps down at its local deadline; the
 /// holder is [stopped](lease_core::Holder::stop), as an application does
-/// once its work has ended; [`HEAL_AFTER`] (1 s) later the proxy
+/// once its work has ended; 1 s later the proxy
 /// [resumes](Proxy::resume), and the held-back renewals reach the database
 /// while the lease still runs there. A rival then claims through `direct`
 /// every 10 ms: its claim must succeed within lease − deadline + 1 s (3.5 s)
