@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::context::{EndCause, LeaseContext};
-use crate::error::{Error, LostCause, Op, Result};
-use crate::leases::{Handle, bounded};
+use crate::error::{Error, LostCause, Result};
+use crate::leases::Handle;
 
 impl Handle {
     /// Keeps the lease renewed on a task of its own, and returns the
@@ -269,18 +269,20 @@ fn give_back(ctx: &LeaseContext, last_answered: Instant) {
     let until = from + timings.lease();
     let task = async move {
         sleep_until(from).await;
-        let (name, holder) = (handle.name(), handle.holder());
         loop {
             let start = Instant::now();
             if start >= until {
                 tracing::debug!("lease not given back: the database did not answer");
                 return;
             }
-            let bound = timings.statement_timeout().min(until - start);
-            let release = handle.leases().store().release(name, holder);
-            match bounded(Op::Release, Some(name), bound, release).await {
-                Ok(released) => {
-                    tracing::debug!(released, "lease given back after stepping down");
+            // Bounded by the statement timeout, as every release.
+            match handle.release().await {
+                Ok(()) => {
+                    tracing::debug!("lease given back after stepping down");
+                    return;
+                }
+                Err(error) if error.is_lost() => {
+                    tracing::debug!("lease found expired or taken: nothing to give back");
                     return;
                 }
                 Err(error) => tracing::debug!(
