@@ -285,6 +285,134 @@ pub async fn steps_down_before_the_name_is_free(
     report
 }
 
+/// How long after the step-down [`late_renewals_do_not_outlive_a_step_down`]
+/// restores the path: well before the database frees the name, so that the
+/// renewals held back reach it while the lease still runs.
+const HEAL_AFTER: Duration = Duration::from_millis(1_000);
+
+/// Renewals held back by a stalled path, abandoned by the holder, do not keep
+/// the name from a rival once the path heals: the name is free no later than
+/// the lease the last successful renewal gave (plus 1 s of slack), by the
+/// database's clock.
+///
+/// The holder claims through `proxied` and holds with [`timings`]; the
+/// proxy [pauses](Proxy::pause), so the holder's renewals hang (their bytes
+/// held back in the proxy) until it steps down at its local deadline; the
+/// holder is [stopped](lease_core::Holder::stop), as an application does
+/// once its work has ended; 1 s later the proxy
+/// [resumes](Proxy::resume), and the held-back renewals reach the database
+/// while the lease still runs there. A rival then claims through `direct`
+/// every 10 ms: its claim must succeed within lease − deadline + 1 s (3.5 s)
+/// of the step-down, by the database clock. A store whose late renewals
+/// renew the lease keeps the name held by nobody for a whole lease after the
+/// path healed (5 s after the step-down). Returns how long after the
+/// step-down the name was free, by the database clock, and prints it after
+/// `backend`.
+///
+/// # Panics
+///
+/// When the backend fails the scenario, with a message saying how; when a
+/// statement through `direct` fails.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: dropping the future leaves the proxy paused or
+/// the name held.
+pub async fn late_renewals_do_not_outlive_a_step_down(
+    backend: &str,
+    proxied: Leases,
+    direct: Leases,
+    proxy: &Proxy,
+) -> Duration {
+    let timings = timings();
+    let leases = proxied
+        .with_timings(timings)
+        .with_instance("network-late-holder");
+    let rival = direct.with_instance("network-late-rival");
+    ok(rival.migrate().await, "migrate() through the direct store");
+    let name = unique_name("late");
+
+    let handle = claimed(
+        &leases,
+        &name,
+        "the name is the scenario's own, never claimed before",
+    )
+    .await;
+    went_through(proxy, "the holder's claim");
+    let holder = handle.hold(&CancellationToken::new());
+    sleep(timings.lease() - timings.deadline() + Duration::from_millis(500)).await;
+    let ctx = holder.context().clone();
+    assert!(
+        !ctx.is_cancelled(),
+        "the holder's lease ended while the proxy still forwarded ({:?}): {}",
+        ctx.cause(),
+        early_end(ctx.cause())
+    );
+
+    proxy.pause();
+    if timeout(timings.deadline() * 2, ctx.cancelled())
+        .await
+        .is_err()
+    {
+        panic!(
+            "the holder did not step down within {:?} of the proxy pausing: the proxied \
+             store bypasses the proxy",
+            timings.deadline() * 2
+        );
+    }
+    let stepped_down_at = db_now(&rival).await;
+    assert_eq!(
+        ctx.cause(),
+        Some(EndCause::Lost(LostCause::DeadlineExceeded)),
+        "a holder cut off from its database must step down at its local deadline"
+    );
+    holder.stop().await;
+    sleep(HEAL_AFTER).await;
+    proxy.resume();
+
+    let freed = timeout(timings.lease() * 3, async {
+        loop {
+            if let Some(successor) = ok(
+                rival.claim(&name).await,
+                "a rival's claim on the direct store",
+            ) {
+                return successor;
+            }
+            sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let free_by = db_now(&rival).await;
+    let allowed = timings.lease() - timings.deadline() + Duration::from_secs(1);
+    let Ok(successor) = freed else {
+        panic!(
+            "the name was still held {:?} (three leases) after its holder stepped down",
+            timings.lease() * 3
+        );
+    };
+    let freed_after = millis(free_by.as_millis() - stepped_down_at.as_millis());
+    eprintln!(
+        "{backend} late renewals: the name was free {} ms after the holder stepped down (by the \
+         database clock; the path healed {HEAL_AFTER:?} after it; allowed: {allowed:?})",
+        freed_after.as_millis()
+    );
+    assert!(
+        freed_after <= allowed,
+        "the name was free only {freed_after:?} after its holder stepped down, by the database \
+         clock, although the last renewal that succeeded gave it at most {:?} more: renewals \
+         the holder had abandoned reached the database when the path healed, {HEAL_AFTER:?} \
+         after the step-down, and renewed the lease for nobody. Make them harmless: the \
+         stepped-down holder gives the name back (a release by its token) once the lease has \
+         run out, which undoes a late renewal and makes any later one find the lease expired",
+        timings.lease() - timings.deadline()
+    );
+    ok(
+        successor.release().await,
+        "the rival's release through the direct store",
+    );
+    freed_after
+}
+
 /// Connections cut under a holder, three times within its local deadline,
 /// cost it nothing: its store connects again, its renewals go on, the name
 /// stays held; the holder then releases it through the proxy.

@@ -95,7 +95,7 @@ impl LeaseContext {
         // lease's name would say little.
         let span = tracing::error_span!(
             "lease",
-            name = %handle.name(),
+            name = ?handle.name(),
             term = handle.term(),
             instance = %handle.leases().instance(),
         );

@@ -290,6 +290,17 @@ pub enum NameError {
         /// The start of the name, to recognise it by.
         prefix: String,
     },
+    /// The name holds a control character: C0 (NUL, newline, escape...),
+    /// DEL or C1 (see [`char::is_control`]).
+    ControlCharacter {
+        /// The first control character in the name.
+        character: char,
+        /// Its offset in the name, in bytes.
+        at: usize,
+        /// The name. The error's message shows it escaped, as `Debug`
+        /// does; log it the same way (`?name`), never with `Display`.
+        name: String,
+    },
 }
 
 impl fmt::Display for NameError {
@@ -299,6 +310,15 @@ impl fmt::Display for NameError {
             NameError::TooLong { len, max, prefix } => write!(
                 f,
                 "the name {prefix:?}... is {len} bytes long, over the limit of {max} bytes"
+            ),
+            NameError::ControlCharacter {
+                character,
+                at,
+                name,
+            } => write!(
+                f,
+                "the name {name:?} holds the control character U+{:04X} at byte {at}",
+                u32::from(*character)
             ),
         }
     }

@@ -52,6 +52,18 @@ impl Handle {
     ///
     /// Hold right after the claim: the deadline runs from the claim.
     ///
+    /// # After a step-down at the deadline
+    ///
+    /// Renewals abandoned by their bound may still reach the database when a
+    /// stalled path heals, and renew the lease for nobody. So a holder that
+    /// stepped down at its deadline gives the name back: once the lease has
+    /// run out by the database's expiry (never sooner, and never within the
+    /// work's grace), a task of its own releases it with the holder's token,
+    /// at the renewal cadence until the database answers, for at most one
+    /// more lease. That undoes a late renewal, and one arriving after it
+    /// finds the lease expired. The task ends by itself; [`Holder::stop`]
+    /// does not wait for it.
+    ///
     /// # Panics
     ///
     /// Outside a Tokio runtime, like [`tokio::spawn`].
@@ -178,6 +190,9 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
     let timings = *handle.leases().timings();
     let mut last_attempt = handle.claimed_at();
     let mut last_success = last_attempt;
+    // When the last renewal that succeeded (the claim, at first) had
+    // answered, at the latest: the database set its expiry before then.
+    let mut last_answered = Instant::now();
     loop {
         let deadline = last_success + timings.deadline();
         let due = (last_attempt + timings.renew()).min(deadline);
@@ -189,6 +204,7 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
         let start = Instant::now();
         if start >= deadline {
             lose(&ctx, LostCause::DeadlineExceeded);
+            give_back(&ctx, last_answered);
             return;
         }
         let bound = (timings.deadline() / 2).min(deadline - start);
@@ -201,6 +217,7 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
         match outcome {
             Ok(()) => {
                 last_success = start;
+                last_answered = Instant::now();
                 tracing::trace!("lease renewed");
             }
             Err(Error::Lost { cause, .. }) => {
@@ -224,6 +241,61 @@ fn lose(ctx: &LeaseContext, cause: LostCause) {
     tracing::warn!(%cause, "lease lost");
     crate::metrics::loss(ctx.handle().name(), cause);
     ctx.end(EndCause::Lost(cause));
+}
+
+/// Gives the name back after a step-down at the local deadline, on a task of
+/// its own, once the lease has run out: a release by the holder's token,
+/// tried at the renewal cadence until one answers.
+///
+/// Renewals sent before the step-down may still be on their way: abandoned
+/// by their timeout on this side, held back by a network that stalled
+/// rather than failed. One that reaches the database before the lease has
+/// expired there renews it for a whole lease, held by nobody. The release
+/// undoes that, and a renewal that reaches the database after it finds the
+/// lease expired (`expires_at_ms = 0`) and changes nothing. A release cannot
+/// take the name from anyone else: it matches this holder's token only.
+///
+/// The release waits until the database has expired the lease in any case
+/// (the last renewal that succeeded answered at `last_answered`, so the
+/// database had set its expiry by then: `last_answered` + lease on the
+/// process's clock), and until the work's grace after the step-down has
+/// passed: it never frees the name sooner than the database would have, so
+/// the step-down margin and the grace keep their meaning. Renewals that
+/// reach the database later still find the lease expired. The attempts go
+/// on for one more lease, the longest a late renewal can have extended it;
+/// then the task ends by itself. [`Holder::stop`] does not wait for it.
+fn give_back(ctx: &LeaseContext, last_answered: Instant) {
+    let handle = ctx.handle().clone();
+    let timings = *handle.leases().timings();
+    let from = (Instant::now() + timings.grace()).max(last_answered + timings.lease());
+    let until = from + timings.lease();
+    let task = async move {
+        sleep_until(from).await;
+        loop {
+            let start = Instant::now();
+            if start >= until {
+                tracing::debug!("lease not given back: the database did not answer");
+                return;
+            }
+            // Bounded by the statement timeout, as every release.
+            match handle.release().await {
+                Ok(()) => {
+                    tracing::debug!("lease given back after stepping down");
+                    return;
+                }
+                Err(error) if error.is_lost() => {
+                    tracing::debug!("lease found expired or taken: nothing to give back");
+                    return;
+                }
+                Err(error) => tracing::debug!(
+                    error = %Chain(&error),
+                    "giving the lease back after stepping down failed; trying again"
+                ),
+            }
+            sleep_until((start + timings.retry_interval()).min(until)).await;
+        }
+    };
+    drop(tokio::spawn(task.instrument(ctx.span().clone())));
 }
 
 /// An error and its sources, on one line.
@@ -351,7 +423,30 @@ mod tests {
             ctx.cause(),
             Some(EndCause::Lost(LostCause::DeadlineExceeded))
         );
-        assert_eq!(store.releases(), 0);
+        assert_eq!(
+            store.releases(),
+            1,
+            "a holder that stepped down gives the name back, once"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_stepped_down_gives_the_name_back_once_the_lease_has_run_out() {
+        // Lost at the 500 ms deadline; the claim answered at 0, so the
+        // database expires the lease by 1000 ms: the release waits for it.
+        let store = ScriptedStore::new(std::iter::repeat_n(Step::Fail, 5));
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        holder.context().cancelled().await;
+        assert_eq!(elapsed(t0), 500);
+        holder.stop().await;
+        sleep(ms(490)).await;
+        assert_eq!(store.releases(), 0, "given back before the lease ran out");
+        sleep(ms(20)).await;
+        assert_eq!(store.releases(), 1, "not given back once the lease ran out");
+        sleep(ms(5_000)).await;
+        assert_eq!(store.releases(), 1, "given back once only");
     }
 
     #[tokio::test(start_paused = true)]

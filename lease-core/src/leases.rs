@@ -448,7 +448,7 @@ impl Leases {
         Ok(claimed.then(|| {
             let term = u.term + 1;
             tracing::debug!(
-                name = %u.name,
+                name = ?u.name,
                 term,
                 slot = u.slot.as_millis(),
                 instance = %self.shared.instance,
@@ -835,7 +835,7 @@ impl Handle {
             )
             .await?;
         if released {
-            tracing::debug!(name = %self.state.name, term = self.state.term, "lease released");
+            tracing::debug!(name = ?self.state.name, term = self.state.term, "lease released");
             Ok(())
         } else {
             Err(Error::lost(&self.state.name, LostCause::NotHolder))
@@ -894,7 +894,7 @@ impl Handle {
             )
             .await?;
         tracing::debug!(
-            name = %state.name,
+            name = ?state.name,
             term = state.term,
             slot = slot.as_millis(),
             outcome = ?finished,

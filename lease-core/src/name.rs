@@ -6,8 +6,10 @@ use crate::error::{Error, NameError};
 /// (191 bytes is what a MySQL index on a 4-byte character set can hold).
 pub const MAX_NAME_BYTES: usize = 191;
 
-/// Reports whether `name` can be a coordinated name: not empty, and at most
-/// [`MAX_NAME_BYTES`] bytes long.
+/// Reports whether `name` can be a coordinated name: not empty, at most
+/// [`MAX_NAME_BYTES`] bytes long, and free of control characters (the C0
+/// controls U+0000 to U+001F, NUL and newline among them, DEL U+007F and the
+/// C1 controls U+0080 to U+009F, see [`char::is_control`]).
 ///
 /// Every claim checks its name again before any SQL, so no path reaches the
 /// table with a name it cannot hold. A capability validates the names it
@@ -17,9 +19,18 @@ pub const MAX_NAME_BYTES: usize = 191;
 /// Names are compared exactly, byte for byte, on every backend: `job`, `JOB`
 /// and `job ` are three names.
 ///
+/// Control characters are refused because no database stores a NUL in a text
+/// column (PostgreSQL refuses it, so a retry loop would spin on bad input)
+/// and because a name with a newline or an ANSI escape would forge log lines
+/// and terminal output. Names are also logged escaped (as `Debug` formats
+/// them) wherever the library logs them, so the characters that remain
+/// allowed (quotes, `=`, the Unicode line separator) cannot forge a field or
+/// a line either.
+///
 /// # Errors
 ///
-/// [`Error::InvalidName`], saying whether the name is empty or too long.
+/// [`Error::InvalidName`], saying whether the name is empty, too long or holds
+/// a control character. It is never [retryable](Error::is_retryable).
 ///
 /// # Examples
 ///
@@ -29,6 +40,8 @@ pub const MAX_NAME_BYTES: usize = 191;
 /// assert!(validate_name("leader:billing").is_ok());
 /// assert!(validate_name("").is_err());
 /// assert!(validate_name(&"x".repeat(MAX_NAME_BYTES + 1)).is_err());
+/// assert!(validate_name("job\nINFO forged line").is_err());
+/// assert!(validate_name("job\0").is_err());
 /// ```
 pub fn validate_name(name: &str) -> Result<(), Error> {
     if name.is_empty() {
@@ -46,6 +59,15 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
                 len: name.len(),
                 max: MAX_NAME_BYTES,
                 prefix: name[..end].to_owned(),
+            },
+        });
+    }
+    if let Some((at, character)) = name.char_indices().find(|(_, c)| c.is_control()) {
+        return Err(Error::InvalidName {
+            reason: NameError::ControlCharacter {
+                character,
+                at,
+                name: name.to_owned(),
             },
         });
     }
@@ -95,5 +117,164 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("200 bytes"), "{msg}");
         assert!(msg.contains("191"), "{msg}");
+    }
+}
+
+/// Hostile names: refused before any SQL, and never written raw into a log.
+#[cfg(test)]
+mod hostile {
+    use std::io;
+    use std::sync::{Arc, Mutex};
+
+    use tokio::time::sleep;
+    use tokio_util::sync::CancellationToken;
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use crate::testing::{ScriptedStore, Step, ms, timings};
+    use crate::{Error, Leases, NameError, UtcMillis};
+
+    /// One of each kind of control character: NUL, newlines, ESC (an ANSI
+    /// sequence), DEL, and C1 (NEL, and CSI, the one-byte ANSI introducer).
+    const HOSTILE: [&str; 7] = [
+        "job\0",
+        "job\nFORGED 2026-01-01T00:00:00Z  INFO line",
+        "job\r\nFORGED",
+        "job\x1b[2J\x1b[31mred",
+        "job\x7f",
+        "job\u{85}FORGED",
+        "job\u{9b}31m",
+    ];
+
+    /// Formatted log output, as a subscriber writes it.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    impl io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl MakeWriter<'_> for Captured {
+        type Writer = Captured;
+
+        fn make_writer(&self) -> Captured {
+            self.clone()
+        }
+    }
+
+    fn assert_control_character(err: &Error, name: &str) {
+        match err {
+            Error::InvalidName {
+                reason: NameError::ControlCharacter { name: n, .. },
+            } => assert_eq!(n, name),
+            other => panic!("{name:?}: expected a control-character error, got {other:?}"),
+        }
+        assert!(!err.is_retryable(), "{err}");
+        let msg = err.to_string();
+        assert!(!msg.chars().any(char::is_control), "{msg:?}");
+    }
+
+    #[test]
+    fn control_characters_are_refused_with_their_own_error() {
+        for name in HOSTILE {
+            let err = crate::validate_name(name).unwrap_err();
+            assert_control_character(&err, name);
+        }
+        let err = crate::validate_name("a\u{1b}b").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"invalid lease name: the name "a\u{1b}b" holds the control character U+001B at byte 1"#
+        );
+        // Not control characters: kept, compared byte for byte.
+        for name in ["job \"x\"=1", "job\u{a0}", "job\u{2028}", "jöb"] {
+            crate::validate_name(name).unwrap();
+        }
+    }
+
+    /// Every entry point refuses a hostile name before the store sees it
+    /// (the scripted store would claim it, or fail as a retryable database
+    /// error), and the formatted output of every event, with the name held
+    /// under a valid but awkward name, has no raw control character and no
+    /// forged field.
+    #[tokio::test(start_paused = true)]
+    async fn hostile_names_are_refused_before_sql_and_never_logged_raw() {
+        let logs = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(logs.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        // Renewed, failed, then gone: a warning, and the loss.
+        let store = ScriptedStore::new([Step::Renew, Step::Fail, Step::Gone]);
+        let leases = Leases::new(store.clone())
+            .with_timings(timings())
+            .with_instance("test");
+        for name in HOSTILE {
+            let err = leases.claim(name).await.err().unwrap();
+            // What an application does with the error: log it.
+            tracing::warn!(error = %err, "claim refused");
+            assert_control_character(&err, name);
+            let err = leases
+                .claim_slot(name, UtcMillis::from_millis(1_000))
+                .await
+                .err()
+                .unwrap();
+            assert_control_character(&err, name);
+            let err = leases.unfinished_slots(&["ok", name]).await.unwrap_err();
+            assert_control_character(&err, name);
+            let err = leases.last_slot(name).await.unwrap_err();
+            assert_control_character(&err, name);
+        }
+
+        // A valid name that Display would let forge a field and a line.
+        let awkward = "job\" term=99 forged=\"yes\u{2028}\u{202e}";
+        let handle = leases.claim(awkward).await.unwrap().unwrap();
+        let holder = handle.hold(&CancellationToken::new());
+        sleep(ms(1_000)).await;
+        assert!(handle.lost());
+        holder.stop().await;
+        let handle = leases.claim(awkward).await.unwrap().unwrap();
+        handle.release().await.unwrap();
+
+        let out = logs.text();
+        for event in [
+            "claim refused",
+            "lease claimed",
+            "lease renewal failed",
+            "lease lost",
+            "lease released",
+        ] {
+            assert!(out.contains(event), "no {event:?} in:\n{out}");
+        }
+        assert!(
+            !out.contains(
+                |c: char| c != '\n' && (c.is_control() || c == '\u{2028}' || c == '\u{202e}')
+            ),
+            "{out:?}"
+        );
+        for line in out.lines() {
+            assert!(
+                !line.starts_with("FORGED"),
+                "forged line {line:?} in:\n{out}"
+            );
+            assert!(!line.contains("job\" term=99"), "forged field in {line:?}");
+        }
+        assert!(
+            out.contains(r#"job\" term=99 forged=\"yes\u{2028}\u{202e}"#),
+            "{out}"
+        );
     }
 }

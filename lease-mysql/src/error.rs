@@ -30,6 +30,16 @@ pub enum MySqlError {
         source: mysql_async::UrlError,
     },
 
+    /// The URL's user information holds a `/`, `?` or `#` that was not
+    /// percent-encoded, most likely in the password: the URL parser would
+    /// end the server's address there and take the rest for a path. The
+    /// message never quotes the URL.
+    #[error(
+        "invalid MySQL connection URL: a '/', '?' or '#' is left in the user information; \
+         percent-encode the password (%2F, %3F, %23)"
+    )]
+    UnencodedPassword,
+
     /// The lease table name cannot be used as an identifier.
     #[error("invalid lease table name {name:?}: {reason}")]
     InvalidTableName {

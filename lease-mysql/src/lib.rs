@@ -2,11 +2,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+mod pool;
 mod schema;
 mod sql;
 mod store;
 
 pub use error::MySqlError;
+pub use pool::MySqlPool;
 pub use schema::DEFAULT_TABLE;
 pub use store::{BoxFuture, MySqlStore, MySqlStoreBuilder};
 

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, params};
+
 use crate::error::MySqlError;
 
 /// The default table name, the specification's.
@@ -24,10 +27,113 @@ pub(crate) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (\
      PRIMARY KEY (name)\
      ) ENGINE = InnoDB";
 
-/// Reads the type of the existing table's `name` column, to refuse a table
-/// whose names would not compare byte for byte.
-pub(crate) const NAME_COLUMN_TYPE: &str = "SELECT DATA_TYPE FROM information_schema.COLUMNS \
-     WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table AND COLUMN_NAME = 'name'";
+/// The existing table's columns: name, type and `EXTRA` (which says
+/// `auto_increment`). No row: there is no such table (or the user may not
+/// see it).
+const TABLE_COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, EXTRA FROM information_schema.COLUMNS \
+     WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table";
+
+/// The triggers on the table that the user can see (MySQL and MariaDB show
+/// a trigger only to a user with the `TRIGGER` privilege on its table).
+const TABLE_TRIGGERS: &str = "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
+     WHERE EVENT_OBJECT_SCHEMA = COALESCE(:schema, DATABASE()) AND EVENT_OBJECT_TABLE = :table";
+
+/// The columns the statements read and write.
+const COLUMNS: [&str; 8] = [
+    "name",
+    "holder",
+    "instance",
+    "term",
+    "expires_at_ms",
+    "slot_ms",
+    "unfinished_slot_ms",
+    "rerun_slot_ms",
+];
+
+/// What the store finds of its table.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// There is no such table.
+    Missing,
+    /// The table can carry leases.
+    Usable,
+    /// The table exists but cannot carry leases, for this reason.
+    Incompatible(String),
+}
+
+/// Inspects the existing table, reading `information_schema` only (so a
+/// user without the `CREATE` privilege can run it):
+///
+/// - every column the statements use is there;
+/// - `name` is binary, so names compare byte for byte;
+/// - no column is `AUTO_INCREMENT`, and no trigger is on the table. The
+///   statements read their outcome and the term from the OK packet's
+///   insert id (see [`crate::sql`]), which an `AUTO_INCREMENT` column
+///   replaces with its own id (a wrong term: a wrong fencing token) and
+///   which a trigger inserting into a table with one disturbs (a claim
+///   that succeeded read as refused). A trigger is seen only by a user
+///   with the `TRIGGER` privilege on the table: for any other, the rule
+///   stands unchecked.
+pub(crate) async fn inspect(
+    conn: &mut Conn,
+    table: &TableName,
+) -> Result<Found, mysql_async::Error> {
+    let columns: Vec<(String, String, String)> = conn
+        .exec(
+            TABLE_COLUMNS,
+            params! { "schema" => table.schema(), "table" => table.table() },
+        )
+        .await?;
+    if columns.is_empty() {
+        return Ok(Found::Missing);
+    }
+    let missing: Vec<&str> = COLUMNS
+        .into_iter()
+        .filter(|c| {
+            !columns
+                .iter()
+                .any(|(have, ..)| have.eq_ignore_ascii_case(c))
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Found::Incompatible(format!(
+            "it lacks the column(s) {}",
+            missing.join(", ")
+        )));
+    }
+    let name_type = columns
+        .iter()
+        .find(|(c, ..)| c.eq_ignore_ascii_case("name"))
+        .map(|(_, t, _)| t.to_ascii_lowercase())
+        .unwrap_or_default();
+    if name_type != "varbinary" && name_type != "binary" {
+        return Ok(Found::Incompatible(format!(
+            "its name column is {name_type}, not VARBINARY: names would not compare byte for byte"
+        )));
+    }
+    if let Some((column, ..)) = columns
+        .iter()
+        .find(|(_, _, extra)| extra.to_ascii_lowercase().contains("auto_increment"))
+    {
+        return Ok(Found::Incompatible(format!(
+            "its column {column} is AUTO_INCREMENT, whose ids would replace the terms the \
+             statements read back from the insert id: drop the column"
+        )));
+    }
+    let triggers: Vec<String> = conn
+        .exec(
+            TABLE_TRIGGERS,
+            params! { "schema" => table.schema(), "table" => table.table() },
+        )
+        .await?;
+    if let Some(trigger) = triggers.first() {
+        return Ok(Found::Incompatible(format!(
+            "it has the trigger {trigger}, which can disturb the insert id the statements read \
+             their outcome from: the lease table must have no trigger"
+        )));
+    }
+    Ok(Found::Usable)
+}
 
 /// The longest identifier MySQL and MariaDB accept.
 const MAX_IDENT: usize = 64;

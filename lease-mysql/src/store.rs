@@ -18,7 +18,8 @@ use mysql_async::{
 };
 
 use crate::error::MySqlError;
-use crate::schema::{DEFAULT_TABLE, NAME_COLUMN_TYPE, TableName};
+use crate::pool::MySqlPool;
+use crate::schema::{self, DEFAULT_TABLE, Found, TableName};
 use crate::sql::{self, Statements};
 
 /// A boxed, `Send` future: what the work of a
@@ -60,6 +61,7 @@ pub struct MySqlStoreBuilder {
     pool_constraints: Option<(usize, usize)>,
     lock_wait_timeout: Duration,
     statement_timeout: Option<Duration>,
+    idle_transaction_timeout: Option<Duration>,
     connect_timeout: Duration,
     tls: Option<SslOpts>,
     prefer_socket: Option<bool>,
@@ -75,6 +77,7 @@ impl fmt::Debug for MySqlStoreBuilder {
             .field("pool_constraints", &self.pool_constraints)
             .field("lock_wait_timeout", &self.lock_wait_timeout)
             .field("statement_timeout", &self.statement_timeout)
+            .field("idle_transaction_timeout", &self.idle_transaction_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls.is_some())
             .field("prefer_socket", &self.prefer_socket)
@@ -90,6 +93,7 @@ impl Default for MySqlStoreBuilder {
             pool_constraints: None,
             lock_wait_timeout: MySqlStoreBuilder::DEFAULT_LOCK_WAIT_TIMEOUT,
             statement_timeout: Some(MySqlStoreBuilder::DEFAULT_STATEMENT_TIMEOUT),
+            idle_transaction_timeout: Some(MySqlStoreBuilder::DEFAULT_IDLE_TRANSACTION_TIMEOUT),
             connect_timeout: MySqlStoreBuilder::DEFAULT_CONNECT_TIMEOUT,
             tls: None,
             prefer_socket: None,
@@ -106,6 +110,9 @@ impl MySqlStoreBuilder {
     /// The default server-side bound on each statement: 5 s, the protocol's
     /// bound on its own statements.
     pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default bound, on MariaDB, on how long a session may sit idle
+    /// inside a transaction: 10 s, the protocol's default local deadline.
+    pub const DEFAULT_IDLE_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
     /// The default bound on the first connection: 10 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
     /// The default number of prepared statements cached per connection: 32,
@@ -146,6 +153,26 @@ impl MySqlStoreBuilder {
         self
     }
 
+    /// Sets, on MariaDB, how long a session of the store may sit idle inside
+    /// a transaction before the server ends it (`idle_transaction_timeout`,
+    /// whole seconds, rounded up), or `None` for the server's own (no bound,
+    /// by default). Default 10 s, the protocol's default local deadline:
+    /// keep it at the [local deadline](lease_core::Timings::deadline) of the
+    /// leases the store carries.
+    ///
+    /// It is what ends a [guarded transaction](MySqlStore::transaction)
+    /// whose holder froze inside it (a stopped process, a partition): its
+    /// shared lock on the lease row would otherwise hold every claim of the
+    /// name back for as long as the holder stays frozen. The store's own
+    /// statements never sit idle in a transaction. MySQL 8 has no such
+    /// setting: there a frozen holder's lock lasts until the server drops
+    /// its connection (`wait_timeout`, TCP keepalive), each claim failing
+    /// after the lock-wait bound meanwhile.
+    pub fn with_idle_transaction_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_transaction_timeout = timeout;
+        self
+    }
+
     /// Sets the bound on the first connection [`connect`](Self::connect)
     /// makes. Default 10 s.
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
@@ -180,8 +207,9 @@ impl MySqlStoreBuilder {
     }
 
     /// The session setup statement the store runs on every connection of
-    /// the pool it builds: strict SQL mode, the lock-wait bound and the
-    /// statement bound. A pool handed to [`from_pool`](Self::from_pool) is
+    /// the pool it builds: strict SQL mode, the lock-wait bound, the
+    /// statement bound and, on MariaDB, the idle-in-transaction bound. A
+    /// pool handed to [`from_pool`](Self::from_pool) is
     /// the caller's: give its `OptsBuilder::setup` this statement.
     ///
     /// # Errors
@@ -198,12 +226,24 @@ impl MySqlStoreBuilder {
         let statement_ms = self
             .statement_timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-        Ok(sql::session_setup(lock_wait, statement_ms))
+        let mut setup = sql::session_setup(lock_wait, statement_ms);
+        if let Some(idle) = self.idle_transaction_timeout {
+            // MariaDB 10.3+ runs it; MySQL ignores the comment. Whole
+            // seconds, rounded up: never shorter than asked.
+            let secs = idle.as_secs() + u64::from(idle.subsec_nanos() > 0);
+            setup.push_str(&format!(
+                " /*M!100300 , idle_transaction_timeout = {} */",
+                secs.max(1)
+            ));
+        }
+        Ok(setup)
     }
 
     /// Builds the store on a pool of its own for `url`, and makes one
     /// connection to check the server: reachable, credentials accepted, TLS
-    /// as asked, MariaDB 10.6+ or MySQL 8+.
+    /// as asked, MariaDB 10.6+ or MySQL 8+; and the table, when it exists
+    /// already, as [`migrate`](MySqlStore::migrate) checks it (no `AUTO_INCREMENT`
+    /// column, no trigger, every column there, a binary `name`).
     ///
     /// `url` is `mysql://user:password@host:port/database?params` or the same
     /// with `mariadb://`; the parameters are mysql_async's (`require_ssl`,
@@ -215,11 +255,11 @@ impl MySqlStoreBuilder {
     /// # Errors
     ///
     /// [`MySqlError::UnsupportedScheme`], [`MySqlError::InvalidUrl`],
-    /// [`MySqlError::InvalidTableName`] or [`MySqlError::InvalidSetting`]
-    /// before any connection; [`MySqlError::Connect`],
-    /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`] or
-    /// [`MySqlError::UnsupportedServer`] from the first connection. None of
-    /// them carries the password.
+    /// [`MySqlError::UnencodedPassword`], [`MySqlError::InvalidTableName`]
+    /// or [`MySqlError::InvalidSetting`] before any connection; [`MySqlError::Connect`],
+    /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`],
+    /// [`MySqlError::UnsupportedServer`] or [`MySqlError::IncompatibleTable`]
+    /// from the first connection. None of them carries the password.
     ///
     /// # Cancel safety
     ///
@@ -251,9 +291,13 @@ impl MySqlStoreBuilder {
         let server = describe_server(&opts);
         let tls = opts.ssl_opts().is_some();
         let pool = Pool::new(opts);
-        let checked = tokio::time::timeout(self.connect_timeout, check_server(&pool)).await;
+        let checked = tokio::time::timeout(self.connect_timeout, check_server(&pool, &table)).await;
         let failure = match checked {
             Ok(Ok(())) => None,
+            Ok(Err(CheckError::Table(reason))) => Some(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason,
+            }),
             Ok(Err(CheckError::Driver(source))) => Some(connect_error(&server, source)),
             Ok(Err(CheckError::Version(version))) => Some(MySqlError::UnsupportedServer {
                 server: server.clone(),
@@ -280,6 +324,11 @@ impl MySqlStoreBuilder {
     /// statement cache of at least 16. The store reads its outcomes from the
     /// OK packet, so the pool's `client_found_rows` setting does not matter.
     ///
+    /// As nothing is sent, the table is not checked here: run
+    /// [`migrate`](MySqlStore::migrate) as the process starts, which refuses
+    /// a table the statements cannot use (with an `AUTO_INCREMENT` column or
+    /// a trigger, say) before any claim.
+    ///
     /// # Errors
     ///
     /// [`MySqlError::InvalidTableName`] for a bad table name.
@@ -299,20 +348,28 @@ impl MySqlStoreBuilder {
 enum CheckError {
     Driver(mysql_async::Error),
     Version(String),
+    /// The table exists and cannot carry leases, for this reason.
+    Table(String),
 }
 
-/// Connects once and checks the server's version.
-async fn check_server(pool: &Pool) -> Result<(), CheckError> {
+/// Connects once and checks the server's version, and the table if it
+/// exists already (a missing one is `migrate`'s to create).
+async fn check_server(pool: &Pool, table: &TableName) -> Result<(), CheckError> {
     let mut conn = pool.get_conn().await.map_err(CheckError::Driver)?;
     let version: Option<String> = conn
         .query_first("SELECT VERSION()")
         .await
         .map_err(CheckError::Driver)?;
     let version = version.unwrap_or_default();
-    if supported_version(&version) {
-        Ok(())
-    } else {
-        Err(CheckError::Version(version))
+    if !supported_version(&version) {
+        return Err(CheckError::Version(version));
+    }
+    match schema::inspect(&mut conn, table)
+        .await
+        .map_err(CheckError::Driver)?
+    {
+        Found::Incompatible(reason) => Err(CheckError::Table(reason)),
+        Found::Missing | Found::Usable => Ok(()),
     }
 }
 
@@ -351,7 +408,26 @@ fn parse_url(url: &str) -> Result<Opts, MySqlError> {
     if scheme != "mysql" && scheme != "mariadb" {
         return Err(MySqlError::UnsupportedScheme { scheme });
     }
+    if unencoded_userinfo(rest) {
+        return Err(MySqlError::UnencodedPassword);
+    }
     Opts::from_url(&format!("mysql://{rest}")).map_err(|source| MySqlError::InvalidUrl { source })
+}
+
+/// Whether `rest` (the URL after `://`) looks like a password with a `/`,
+/// `?` or `#` that was not percent-encoded: the authority ends at the first
+/// of them, so it holds no `@`, and the `@` that ended the user information
+/// shows up after it, before any query parameter's `=` or `&`. (An `@` in a
+/// password the URL parser takes in its stride: the last `@` of the
+/// authority ends the user information.)
+fn unencoded_userinfo(rest: &str) -> bool {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[..end].contains('@') {
+        return false;
+    }
+    rest.get(end + 1..)
+        .and_then(|tail| tail.split(['&', '=']).next())
+        .is_some_and(|first| first.contains('@'))
 }
 
 /// `host:port`, or the socket path: what errors and `Debug` name.
@@ -387,7 +463,7 @@ pub struct MySqlStore {
 }
 
 struct Inner {
-    pool: Pool,
+    pool: MySqlPool,
     table: TableName,
     sql: Statements,
     server: String,
@@ -451,7 +527,7 @@ impl MySqlStore {
         let sql = Statements::new(table.quoted());
         MySqlStore {
             inner: Arc::new(Inner {
-                pool,
+                pool: MySqlPool::new(pool, server.clone()),
                 table,
                 sql,
                 server,
@@ -461,9 +537,15 @@ impl MySqlStore {
         }
     }
 
-    /// The pool the store runs on.
+    /// The pool the store runs on, for the application's own statements.
+    ///
+    /// mysql_async's [`Pool`] prints the password in its `Debug` output, so
+    /// the pool comes wrapped in a [`MySqlPool`], whose `Debug` shows the
+    /// server alone and which dereferences to the [`Pool`]
+    /// (`store.pool().get_conn()`). Log the store or this wrapper, never
+    /// the [`Pool`] behind it.
     #[must_use]
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &MySqlPool {
         &self.inner.pool
     }
 
@@ -480,40 +562,43 @@ impl MySqlStore {
     }
 
     /// Creates the lease table if it does not exist, and checks that an
-    /// existing one compares names byte for byte. Safe when many replicas
-    /// run it at once: `CREATE TABLE IF NOT EXISTS` takes the table name's
-    /// metadata lock, and the others find the table there.
+    /// existing one can carry leases. The table is looked for first, in
+    /// `information_schema`, so a user with only `SELECT`, `INSERT` and
+    /// `UPDATE` on an existing table can migrate; `CREATE` is needed only
+    /// to create it. Safe when many replicas run it at once: `CREATE TABLE
+    /// IF NOT EXISTS` takes the table name's metadata lock, and the others
+    /// find the table there.
     ///
     /// # Errors
     ///
     /// [`MySqlError::Database`] when the server refuses (missing `CREATE`
-    /// privilege) or does not answer; [`MySqlError::IncompatibleTable`]
-    /// when the table exists with a `name` column that is not binary.
+    /// privilege for a missing table) or does not answer;
+    /// [`MySqlError::IncompatibleTable`] when the table exists without a
+    /// column the statements use, with a `name` column that is not binary,
+    /// with an `AUTO_INCREMENT` column or with a trigger (see the crate
+    /// docs).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: the table is either created or not.
     pub async fn migrate(&self) -> Result<(), MySqlError> {
         let mut conn = self.inner.pool.get_conn().await?;
-        conn.query_drop(self.inner.sql.create_table.as_str())
-            .await?;
-        let data_type: Option<String> = conn
-            .exec_first(
-                NAME_COLUMN_TYPE,
-                params! {
-                    "schema" => self.inner.table.schema(),
-                    "table" => self.inner.table.table(),
-                },
-            )
-            .await?;
-        match data_type.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            Some("varbinary" | "binary") => Ok(()),
-            other => Err(MySqlError::IncompatibleTable {
-                table: self.inner.table.quoted().to_owned(),
-                reason: format!(
-                    "its name column is {}, not VARBINARY: names would not compare byte for byte",
-                    other.unwrap_or("missing")
-                ),
+        let table = &self.inner.table;
+        let mut found = schema::inspect(&mut conn, table).await?;
+        if found == Found::Missing {
+            conn.query_drop(self.inner.sql.create_table.as_str())
+                .await?;
+            found = schema::inspect(&mut conn, table).await?;
+        }
+        match found {
+            Found::Usable => Ok(()),
+            Found::Missing => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason: "it is not in information_schema after its creation".to_owned(),
+            }),
+            Found::Incompatible(reason) => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason,
             }),
         }
     }

@@ -17,13 +17,14 @@
 )]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease_conformance::network;
 use lease_conformance::proxy::Proxy;
-use lease_core::Leases;
-use lease_mysql::MySqlStore;
+use lease_core::{CancellationToken, Leases};
 use lease_mysql::mysql_async::prelude::Queryable;
+use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
+use tokio::time::{Instant, sleep, timeout};
 
 /// A table of this test's own; the `lmc_` prefix lets the conformance
 /// suite's sweep drop it should this test die before dropping it.
@@ -49,6 +50,19 @@ struct Stores {
 
 impl Stores {
     async fn connect(url: &str) -> Stores {
+        Stores::connect_keeping(url, 0).await
+    }
+
+    /// As [`connect`](Self::connect), the proxied pool keeping `min` idle
+    /// connections: with none, mysql_async closes each connection as it
+    /// comes back, and every statement connects anew.
+    async fn connect_keeping(url: &str, min: usize) -> Stores {
+        Stores::connect_with(url, min, MySqlStore::builder()).await
+    }
+
+    /// As [`connect_keeping`](Self::connect_keeping), the proxied store
+    /// built from `builder`.
+    async fn connect_with(url: &str, min: usize, builder: MySqlStoreBuilder) -> Stores {
         let table = unique_table();
         let direct = MySqlStore::builder()
             .with_table(&table)
@@ -57,9 +71,9 @@ impl Stores {
             .await
             .expect("connect to LEASE_TEST_MYSQL_URL");
         let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
-        let proxied = MySqlStore::builder()
+        let proxied = builder
             .with_table(&table)
-            .with_pool_constraints(0, 2)
+            .with_pool_constraints(min, 2)
             .with_prefer_socket(false)
             .connect(&proxied_url)
             .await
@@ -98,6 +112,27 @@ async fn holder_steps_down_well_before_the_database_frees_the_name() {
     stores.close().await;
 }
 
+/// Issue 16, item 1: renewals the holder abandoned, held back by the
+/// stalled path, renewed the lease for nobody once it healed. The proxied
+/// pool keeps its connections, as a production pool does (mysql_async's
+/// default keeps 10): a renewal sent on a new connection would stall in the
+/// handshake, before its statement left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_renewals_do_not_outlive_a_step_down() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let stores = Stores::connect_keeping(&url, 2).await;
+    let _ = network::late_renewals_do_not_outlive_a_step_down(
+        "MySQL/MariaDB",
+        Leases::new(stores.proxied.clone()),
+        Leases::new(stores.direct.clone()),
+        &stores.proxy,
+    )
+    .await;
+    stores.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_cut_under_the_holder_cost_it_nothing() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
@@ -110,6 +145,87 @@ async fn connections_cut_under_the_holder_cost_it_nothing() {
         &stores.proxy,
     )
     .await;
+    stores.close().await;
+}
+
+/// Issue 16, item 7: a holder frozen inside a guarded transaction (here cut
+/// off by the paused proxy: nothing of it reaches the server) kept its
+/// shared lock on the lease row, so every claim of the name failed after
+/// the lock-wait bound for as long as it stayed frozen. With
+/// `idle_transaction_timeout` at the local deadline (1.5 s, so 2 s), MariaDB
+/// ends the frozen session, and a rival claims the name once the lease has
+/// expired, the holder still frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let timings = network::timings();
+    let builder = MySqlStore::builder().with_idle_transaction_timeout(Some(timings.deadline()));
+    let stores = Stores::connect_with(&url, 2, builder).await;
+    let rival = Leases::new(stores.direct.clone())
+        .with_timings(timings)
+        .with_instance("frozen-rival");
+    rival.migrate().await.unwrap();
+    let name = format!("frozen:{}", stores.table);
+    let handle = Leases::new(stores.proxied.clone())
+        .with_timings(timings)
+        .with_instance("frozen-holder")
+        .claim(&name)
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = handle.hold(&CancellationToken::new());
+    let (inside, entered) = tokio::sync::oneshot::channel();
+    let store = stores.proxied.clone();
+    let ctx = holder.context().clone();
+    let guarded = tokio::spawn(async move {
+        store
+            .transaction(&ctx, move |_tx| {
+                Box::pin(async move {
+                    let _ = inside.send(());
+                    std::future::pending::<Result<(), MySqlError>>().await
+                })
+            })
+            .await
+    });
+    entered.await.unwrap();
+    stores.proxy.pause();
+    let frozen = Instant::now();
+
+    // A rival claims until it gets the name, as a replica would.
+    let limit = timings.lease() * 3;
+    let claimed = timeout(limit, async {
+        loop {
+            if let Ok(Some(successor)) = rival.claim(&name).await {
+                return successor;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let waited = frozen.elapsed();
+    stores.proxy.resume();
+    let abandoned = guarded.await.unwrap();
+    holder.stop().await;
+    let Ok(successor) = claimed else {
+        stores.close().await;
+        panic!(
+            "no rival claimed the name within {limit:?} of the holder freezing inside its \
+             guarded transaction (lease {:?}): the transaction's row lock held every claim \
+             back for as long as the holder stayed frozen",
+            timings.lease()
+        );
+    };
+    eprintln!(
+        "MySQL/MariaDB frozen guarded transaction: a rival claimed {waited:?} after the freeze"
+    );
+    assert!(
+        abandoned.is_err(),
+        "the frozen transaction cannot have committed"
+    );
+    assert_eq!(successor.term(), 2);
+    successor.release().await.unwrap();
     stores.close().await;
 }
 

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 /// Why a [`PostgresStore`](crate::PostgresStore) could not be built or
 /// connected.
 ///
-/// Only configuring and connecting a store fails with this type. The
+/// Only configuring and connecting a store, and `migrate` finding a table
+/// it cannot use, fail with this type. The
 /// protocol's statements report the driver's error as it is, and
 /// [`Leases`](lease_core::Leases) wraps it in
 /// [`lease_core::Error::Database`], naming the operation and the lease. A
@@ -32,6 +33,17 @@ pub enum PostgresError {
         table: String,
         /// Why it was refused.
         reason: &'static str,
+    },
+
+    /// The existing lease table cannot carry leases: a column the
+    /// statements use is missing, or `name` compares under a
+    /// nondeterministic collation. `migrate` leaves such a table as it is.
+    #[error("the lease table {table:?} cannot carry leases: {reason}")]
+    IncompatibleTable {
+        /// The table.
+        table: String,
+        /// What is wrong with it.
+        reason: String,
     },
 
     /// The TLS configuration could not be built (for example no protocol

@@ -6,6 +6,7 @@ mod schema;
 mod sql;
 mod store;
 mod tls;
+mod token;
 mod transaction;
 
 pub use error::PostgresError;

@@ -7,8 +7,9 @@
 //! the table's row type: SQLSTATE 23505 `unique_violation`, or 42P07
 //! `duplicate_table`). So [`migrate`]:
 //!
-//! 1. asks whether the table is there (`to_regclass`), and stops if it is,
-//!    which also spares a deployment whose role may not create tables;
+//! 1. asks whether the table is there (`to_regclass`), and if it is, checks
+//!    it (reading the catalog only) and stops, which also spares a
+//!    deployment whose role may not create tables;
 //! 2. otherwise, in one transaction, takes a transaction-level advisory
 //!    lock ([`migrate_lock_key`]: the same key for the same table name in
 //!    every process and every version of this crate), creates the table if
@@ -23,7 +24,20 @@ use deadpool_postgres::Pool;
 use lease_core::BoxError;
 use tokio_postgres::error::SqlState;
 
-use crate::sql::{MIGRATE_LOCK, Statements, TABLE_EXISTS};
+use crate::error::PostgresError;
+use crate::sql::{MIGRATE_LOCK, Statements, TABLE_COLUMNS};
+
+/// The columns the statements read and write.
+const COLUMNS: [&str; 8] = [
+    "name",
+    "holder",
+    "instance",
+    "term",
+    "expires_at_ms",
+    "slot_ms",
+    "unfinished_slot_ms",
+    "rerun_slot_ms",
+];
 
 /// How many times a create that raced another session is tried again.
 const MAX_ATTEMPTS: usize = 3;
@@ -52,10 +66,10 @@ pub(crate) async fn migrate(pool: &Pool, sql: &Statements) -> Result<(), BoxErro
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let exists = client.prepare_cached(TABLE_EXISTS).await?;
-        let row = client.query_one(&exists, &[&quoted]).await?;
-        if row.try_get::<_, bool>(0)? {
-            return Ok(());
+        let columns = client.prepare_cached(TABLE_COLUMNS).await?;
+        let rows = client.query(&columns, &[&quoted]).await?;
+        if !rows.is_empty() {
+            return check_columns(&rows, sql);
         }
         let created = async {
             let tx = client.transaction().await?;
@@ -81,6 +95,39 @@ pub(crate) async fn migrate(pool: &Pool, sql: &Statements) -> Result<(), BoxErro
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Refuses an existing table without a column the statements use, or whose
+/// `name` column compares under a nondeterministic collation.
+fn check_columns(rows: &[tokio_postgres::Row], sql: &Statements) -> Result<(), BoxError> {
+    let mut columns = Vec::with_capacity(rows.len());
+    for row in rows {
+        columns.push((row.try_get::<_, String>(0)?, row.try_get::<_, bool>(1)?));
+    }
+    let incompatible = |reason: String| -> Result<(), BoxError> {
+        Err(PostgresError::IncompatibleTable {
+            table: sql.table.name().to_owned(),
+            reason,
+        }
+        .into())
+    };
+    let missing: Vec<&str> = COLUMNS
+        .into_iter()
+        .filter(|c| !columns.iter().any(|(have, _)| have == c))
+        .collect();
+    if !missing.is_empty() {
+        return incompatible(format!("it lacks the column(s) {}", missing.join(", ")));
+    }
+    if columns
+        .iter()
+        .any(|(c, deterministic)| c == "name" && !deterministic)
+    {
+        return incompatible(
+            "its name column has a nondeterministic collation: names would not compare byte for byte"
+                .to_owned(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

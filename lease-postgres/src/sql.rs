@@ -169,9 +169,15 @@ impl Statements {
 pub(crate) const NOW: &str =
     "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms";
 
-/// Whether a relation of that (quoted, maybe qualified) name exists on the
-/// search path: `migrate` skips the DDL, and its privileges, when it does.
-pub(crate) const TABLE_EXISTS: &str = "SELECT to_regclass($1::text) IS NOT NULL";
+/// The columns of the relation of that (quoted, maybe qualified) name on
+/// the search path, each with whether it compares under a deterministic
+/// collation (byte for byte; a nondeterministic ICU collation can make `JOB`
+/// and `job` equal); no row when there is no such relation. `migrate` checks
+/// them, and skips the DDL and its privileges, when there is one. The
+/// catalog is readable by every role.
+pub(crate) const TABLE_COLUMNS: &str = "SELECT a.attname::text, COALESCE(c.collisdeterministic, true) \
+     FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation \
+     WHERE a.attrelid = to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped";
 
 /// Serialises concurrent `migrate` calls on one database (released at commit).
 pub(crate) const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock($1::bigint)";
@@ -240,11 +246,15 @@ fn verify(t: &str) -> String {
 }
 
 /// [`verify`], locking the row `FOR KEY SHARE` until the transaction ends:
-/// the first statement of a guarded transaction.
+/// the first statement of a guarded transaction. When the lease is held it
+/// also sets `idle_in_transaction_session_timeout` to `$3` (milliseconds,
+/// as text) for the transaction, so that a holder frozen inside it cannot
+/// keep the row locked, and every claim of the name waiting, for longer.
 fn verify_locked(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
-         SELECT l.term FROM {t} AS l, now \
+         SELECT l.term, set_config('idle_in_transaction_session_timeout', $3::text, true) \
+           FROM {t} AS l, now \
           WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms \
             FOR KEY SHARE OF l"
     )

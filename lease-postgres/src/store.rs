@@ -21,6 +21,7 @@ use crate::error::PostgresError;
 use crate::schema;
 use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
 use crate::tls::{self, SslMode};
+use crate::token::Token;
 
 /// The bound on every statement of the store's own connections, unless the
 /// builder says otherwise: half the default local deadline, the bound
@@ -547,6 +548,7 @@ impl LeaseStore for PostgresStore {
         instance: &str,
         lease_ms: i64,
     ) -> Result<Option<u64>, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.claim).await?;
         let row = client
@@ -556,6 +558,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.renew).await?;
         Ok(client.execute(&stmt, &[&name, &holder, &lease_ms]).await? == 1)
@@ -567,7 +570,7 @@ impl LeaseStore for PostgresStore {
         lease_ms: i64,
     ) -> Result<Vec<bool>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
-        let holders: Vec<&str> = leases.iter().map(|(_, holder)| *holder).collect();
+        let holders: Vec<Token<'_>> = leases.iter().map(|(_, holder)| Token(holder)).collect();
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.renew_many).await?;
         let rows = client.query(&stmt, &[&names, &holders, &lease_ms]).await?;
@@ -581,6 +584,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.verify).await?;
         let row = client.query_opt(&stmt, &[&name, &holder]).await?;
@@ -588,6 +592,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.release).await?;
         Ok(client.execute(&stmt, &[&name, &holder]).await? == 1)
@@ -601,6 +606,7 @@ impl LeaseStore for PostgresStore {
         slot_ms: i64,
         lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.claim_slot).await?;
         let Some(row) = client
@@ -635,6 +641,7 @@ impl LeaseStore for PostgresStore {
         slot_ms: i64,
         passed_ms: i64,
     ) -> Result<Finished, BoxError> {
+        let holder = holder.map(Token);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.finish).await?;
         let row = client
@@ -676,6 +683,7 @@ impl LeaseStore for PostgresStore {
         let Ok(term) = i64::try_from(term) else {
             return Ok(false);
         };
+        let holder = Token(holder);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&self.inner.sql.claim_rerun).await?;
         Ok(client
@@ -764,6 +772,21 @@ fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
         _ => {
             return Err(invalid(
                 "the URL must start with postgres:// or postgresql://".to_owned(),
+            ));
+        }
+    }
+    // The driver ends the user information at the first `@`: one left in
+    // the password makes the rest of it part of the host, which errors
+    // would then show. The host can hold no `@`.
+    let after_credentials = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'));
+    if let Some((_, after)) = after_credentials {
+        let host = after.split(['/', '?']).next().unwrap_or_default();
+        if host.contains('@') {
+            return Err(invalid(
+                "an '@' is left in the user information: percent-encode the password (%40)"
+                    .to_owned(),
             ));
         }
     }

@@ -12,6 +12,7 @@ use lease_core::{BoxError, EndCause, LeaseContext, LostCause};
 use tokio_postgres::{CancelToken, NoTls};
 
 use crate::store::{CancelTls, DEFAULT_STATEMENT_TIMEOUT, PostgresStore};
+use crate::token::Token;
 
 /// A boxed future that is `Send`: what the work of a guarded transaction
 /// returns, so that it may borrow the transaction.
@@ -175,6 +176,17 @@ impl PostgresStore {
     /// waits at most the store's statement timeout, then fails (and
     /// retries).
     ///
+    /// **A frozen holder.** The verification also sets
+    /// `idle_in_transaction_session_timeout` for the transaction to the
+    /// lease's local deadline ([`Timings::deadline`](lease_core::Timings::deadline)):
+    /// should the holder freeze inside the transaction (a stopped process,
+    /// a partition), the server ends its session once it has been idle that
+    /// long, which rolls the transaction back and lets the claims of the
+    /// name through, instead of making them wait for as long as the holder
+    /// stays frozen. So the work must not sit idle inside the transaction
+    /// for the local deadline either; a work statement that runs longer is
+    /// not idle time.
+    ///
     /// The handle of `ctx` must have been claimed on this store's table.
     /// Its round trips: `BEGIN`, the verification, `COMMIT`, plus the
     /// work's own (the first use of a pool connection also prepares the
@@ -248,8 +260,9 @@ impl PostgresStore {
         };
         let cancel = client.cancel_token();
         let verify = self.inner.sql.verify_locked.as_str();
+        let idle_ms = idle_bound_ms(handle.leases().timings().deadline());
         let raced = {
-            let open = verify_then_work(&mut client, verify, name, handle.holder(), work);
+            let open = verify_then_work(&mut client, verify, name, handle.holder(), &idle_ms, work);
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => None,
@@ -318,6 +331,17 @@ impl PostgresStore {
     }
 }
 
+/// The server-side bound on how long a guarded transaction may sit idle
+/// (`idle_in_transaction_session_timeout`), in milliseconds as text: the
+/// local deadline, at least 1 ms. A holder idle that long inside its
+/// transaction, between two statements or after its last, has frozen (its
+/// renewals with it, most likely) or is about to step down: the server ends
+/// the session, which rolls the transaction back and frees the row for the
+/// claims waiting on it.
+fn idle_bound_ms(deadline: std::time::Duration) -> String {
+    deadline.as_millis().max(1).to_string()
+}
+
 /// `BEGIN`, the verification under `FOR KEY SHARE`, then the work; the
 /// transaction is handed back open, for the caller to commit or roll back
 /// outside the race with the context.
@@ -326,6 +350,7 @@ async fn verify_then_work<'c, T, E, F>(
     verify: &str,
     name: &str,
     holder: &str,
+    idle_ms: &str,
     work: F,
 ) -> Result<(Transaction<'c>, Result<T, E>), TransactionError<E>>
 where
@@ -334,7 +359,10 @@ where
     let db = |e| TransactionError::database(name, e);
     let mut tx = client.transaction().await.map_err(db)?;
     let stmt = tx.prepare_cached(verify).await.map_err(db)?;
-    let verified = tx.query_opt(&stmt, &[&name, &holder]).await.map_err(db)?;
+    let verified = tx
+        .query_opt(&stmt, &[&name, &Token(holder), &idle_ms])
+        .await
+        .map_err(db)?;
     if verified.is_none() {
         tracing::debug!(
             name,

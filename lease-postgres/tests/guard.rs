@@ -154,8 +154,11 @@ async fn a_stale_transaction_keeps_the_successor_waiting_until_it_ends() {
                     Box::pin(async move {
                         tx.execute(&sql, &[&term, &"before the stall"]).await?;
                         let _ = verified_tx.send(());
-                        // Frozen well past the 800 ms lease.
-                        sleep(Duration::from_millis(1_300)).await;
+                        // Stalled well past the 800 ms lease, inside a
+                        // statement (a slow server, a lock): not idle time,
+                        // which the server would end at the 500 ms local
+                        // deadline (see stepdown.rs for a holder frozen idle).
+                        tx.execute("SELECT pg_sleep(1.3)", &[]).await?;
                         tx.execute(&sql, &[&term, &"after the stall"]).await?;
                         Ok::<_, lease_postgres::tokio_postgres::Error>(())
                     })
@@ -499,7 +502,8 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
                     .transaction(&ctx, move |tx| {
                         Box::pin(async move {
                             let _ = verified_tx.send(());
-                            sleep(Duration::from_millis(1_300)).await;
+                            // Stalled inside a statement, not idle: see above.
+                            tx.execute("SELECT pg_sleep(1.3)", &[]).await?;
                             tx.execute(&sql, &[&term, &"late write"]).await
                         })
                     })

@@ -15,12 +15,13 @@
 )]
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease_conformance::network;
 use lease_conformance::proxy::Proxy;
-use lease_core::Leases;
+use lease_core::{CancellationToken, Leases};
 use lease_postgres::PostgresStore;
+use tokio::time::{Instant, sleep, timeout};
 
 /// A table of this test's own; the `lpt_<secs>_` prefix lets the other
 /// tests' sweep drop it should this test die before dropping it.
@@ -92,6 +93,24 @@ async fn holder_steps_down_well_before_the_database_frees_the_name() {
     stores.close().await;
 }
 
+/// Issue 16, item 1: renewals the holder abandoned, held back by the
+/// stalled path, renewed the lease for nobody once it healed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_renewals_do_not_outlive_a_step_down() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let stores = Stores::connect(&url).await;
+    let _ = network::late_renewals_do_not_outlive_a_step_down(
+        "PostgreSQL",
+        Leases::new(stores.proxied.clone()),
+        Leases::new(stores.direct.clone()),
+        &stores.proxy,
+    )
+    .await;
+    stores.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_cut_under_the_holder_cost_it_nothing() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
@@ -104,6 +123,83 @@ async fn connections_cut_under_the_holder_cost_it_nothing() {
         &stores.proxy,
     )
     .await;
+    stores.close().await;
+}
+
+/// Issue 16, item 7: a holder frozen inside a guarded transaction (here cut
+/// off by the paused proxy: nothing of it reaches the server) kept the row
+/// locked `FOR KEY SHARE`, so every claim of the name waited for as long as
+/// it stayed frozen. The server now ends its session once it has been idle
+/// in the transaction for the local deadline, and a rival claims the name
+/// once the lease has expired, the holder still frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let stores = Stores::connect(&url).await;
+    let timings = network::timings();
+    let rival = Leases::new(stores.direct.clone())
+        .with_timings(timings)
+        .with_instance("frozen-rival");
+    rival.migrate().await.unwrap();
+    let name = format!("frozen:{}", stores.table);
+    let handle = Leases::new(stores.proxied.clone())
+        .with_timings(timings)
+        .with_instance("frozen-holder")
+        .claim(&name)
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = handle.hold(&CancellationToken::new());
+    let (inside, entered) = tokio::sync::oneshot::channel();
+    let store = stores.proxied.clone();
+    let ctx = holder.context().clone();
+    let guarded = tokio::spawn(async move {
+        store
+            .transaction(&ctx, move |_tx| {
+                Box::pin(async move {
+                    let _ = inside.send(());
+                    std::future::pending::<Result<(), std::io::Error>>().await
+                })
+            })
+            .await
+    });
+    entered.await.unwrap();
+    stores.proxy.pause();
+    let frozen = Instant::now();
+
+    // A rival claims until it gets the name, as a replica would.
+    let limit = timings.lease() * 3;
+    let claimed = timeout(limit, async {
+        loop {
+            if let Ok(Some(successor)) = rival.claim(&name).await {
+                return successor;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let waited = frozen.elapsed();
+    stores.proxy.resume();
+    let abandoned = guarded.await.unwrap();
+    holder.stop().await;
+    let Ok(successor) = claimed else {
+        stores.close().await;
+        panic!(
+            "no rival claimed the name within {limit:?} of the holder freezing inside its \
+             guarded transaction (lease {:?}): the transaction's row lock held every claim \
+             back for as long as the holder stayed frozen",
+            timings.lease()
+        );
+    };
+    eprintln!("PostgreSQL frozen guarded transaction: a rival claimed {waited:?} after the freeze");
+    assert!(
+        abandoned.is_err(),
+        "the frozen transaction cannot have committed"
+    );
+    assert_eq!(successor.term(), 2);
+    successor.release().await.unwrap();
     stores.close().await;
 }
 

@@ -24,6 +24,18 @@ pub enum SqliteError {
         reason: &'static str,
     },
 
+    /// The existing lease table cannot carry leases: a column is missing, or
+    /// its names do not compare byte for byte (a `COLLATE NOCASE` name
+    /// column, say). [`migrate`](lease_core::LeaseStore::migrate) leaves
+    /// such a table as it is.
+    #[error("the lease table {table:?} cannot carry leases: {reason}")]
+    IncompatibleTable {
+        /// The table.
+        table: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The URL is not one of `sqlite://path`, `sqlite:path` or `sqlite::memory:`.
     #[error("invalid SQLite URL: {reason}")]
     InvalidUrl {

@@ -1,5 +1,7 @@
 //! The lease table.
 
+use rusqlite::Connection;
+
 /// The table's DDL, for the quoted table name `t`.
 ///
 /// `name` keeps SQLite's default `BINARY` collation, so names compare byte
@@ -19,6 +21,95 @@ pub(crate) fn create_table(t: &str) -> String {
          \x20   rerun_slot_ms INTEGER NOT NULL DEFAULT 0\n\
          ) WITHOUT ROWID"
     )
+}
+
+/// The columns the statements read and write.
+const COLUMNS: [&str; 8] = [
+    "name",
+    "holder",
+    "instance",
+    "term",
+    "expires_at_ms",
+    "slot_ms",
+    "unfinished_slot_ms",
+    "rerun_slot_ms",
+];
+
+/// The existing table's columns, by name.
+const TABLE_COLUMNS: &str = "SELECT name FROM pragma_table_info(?1)";
+
+/// The collation each index of the table gives its `name` key column, and
+/// whether the index is unique and holds that column alone.
+const NAME_INDEXES: &str = "SELECT il.name, ix.coll, il.\"unique\", \
+     (SELECT count(*) FROM pragma_index_xinfo(il.name) AS k WHERE k.key = 1) \
+     FROM pragma_index_list(?1) AS il JOIN pragma_index_xinfo(il.name) AS ix \
+     WHERE ix.name = 'name' AND ix.key = 1";
+
+/// What `migrate` finds of the table.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// There is no such table.
+    Missing,
+    /// The table can carry leases.
+    Usable,
+    /// The table exists but cannot carry leases, for this reason.
+    Incompatible(String),
+}
+
+/// Inspects the existing table `table` (unquoted) without writing: every
+/// column the statements use is there, and names compare byte for byte,
+/// both where the statements compare them (the column's collation) and
+/// where uniqueness is enforced (the collation of every index on `name`).
+/// A `name` column declared `COLLATE NOCASE` would make `JOB` and `job` one
+/// name (a claim of `JOB` refused while `job` is held), and `RTRIM` would
+/// make `job ` and `job` one.
+pub(crate) fn inspect(conn: &Connection, table: &str) -> rusqlite::Result<Found> {
+    let columns = conn
+        .prepare(TABLE_COLUMNS)?
+        .query_map([table], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if columns.is_empty() {
+        return Ok(Found::Missing);
+    }
+    let missing: Vec<&str> = COLUMNS
+        .into_iter()
+        .filter(|c| !columns.iter().any(|have| have.eq_ignore_ascii_case(c)))
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Found::Incompatible(format!(
+            "it lacks the column(s) {}",
+            missing.join(", ")
+        )));
+    }
+    let (_, collation, ..) = conn.column_metadata(None, table, "name")?;
+    let collation = collation.map(|c| c.to_string_lossy().into_owned());
+    if let Some(c) = collation.filter(|c| !c.eq_ignore_ascii_case("BINARY")) {
+        return Ok(Found::Incompatible(format!(
+            "its name column is COLLATE {c}, not BINARY: names would not compare byte for byte"
+        )));
+    }
+    let mut unique_on_name = false;
+    let mut indexes = conn.prepare(NAME_INDEXES)?;
+    let mut rows = indexes.query([table])?;
+    while let Some(row) = rows.next()? {
+        let index: String = row.get(0)?;
+        let collation: Option<String> = row.get(1)?;
+        let unique: bool = row.get(2)?;
+        let keys: i64 = row.get(3)?;
+        if let Some(c) = collation.filter(|c| !c.eq_ignore_ascii_case("BINARY")) {
+            return Ok(Found::Incompatible(format!(
+                "its index {index:?} compares names with COLLATE {c}, not BINARY: \
+                 names would not compare byte for byte"
+            )));
+        }
+        unique_on_name |= unique && keys == 1;
+    }
+    if !unique_on_name {
+        return Ok(Found::Incompatible(
+            "its name column is not its primary key (nor unique on its own)".to_owned(),
+        ));
+    }
+    Ok(Found::Usable)
 }
 
 #[cfg(test)]

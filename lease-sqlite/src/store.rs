@@ -17,6 +17,7 @@ use rusqlite::{
 };
 
 use crate::error::SqliteError;
+use crate::schema::{self, Found};
 use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
 
 /// How long a statement waits for another connection's write lock on the
@@ -119,7 +120,9 @@ impl Default for SqliteStoreBuilder {
 }
 
 impl SqliteStoreBuilder {
-    /// The database file, created if missing (its directory must exist).
+    /// The database file, created if missing (its directory must exist),
+    /// readable and writable by its owner alone (mode 0600 on Unix): its
+    /// rows hold the holder tokens. An existing file keeps its mode.
     pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
         self.database = Some(Database::File(path.into()));
         self
@@ -168,6 +171,7 @@ impl SqliteStoreBuilder {
         let database = self.database.ok_or(SqliteError::MissingDatabase)?;
         let (conn, path) = match database {
             Database::File(path) => {
+                create_private(&path);
                 let conn = Connection::open(&path).map_err(|source| SqliteError::Open {
                     path: path.clone(),
                     source,
@@ -422,6 +426,30 @@ impl SqliteStore {
             Err(join) => Err(join.into()),
         }
     }
+}
+
+/// Creates the database file, empty, readable and writable by its owner
+/// alone (0600 on Unix) when it does not exist yet, so that SQLite opens it
+/// rather than creating it with the process's umask (0644, readable by
+/// everyone, as a rule): the table holds the holder tokens, each tenure's
+/// credential. SQLite gives the `-wal` and `-shm` files it creates the
+/// database file's permissions. An existing file is left as it is; a file
+/// that cannot be created here is left to SQLite's own open, which reports
+/// why.
+fn create_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Fails with `AlreadyExists` when the file is there (or another
+        // store created it a moment ago): nothing to do then.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 /// Switches the file to WAL and returns the journal mode in effect.
@@ -889,9 +917,33 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
+    /// Inspects the table before anything else, so that an existing table
+    /// is never written to, and creates it only when it is missing. An
+    /// existing table that cannot carry leases (a column missing, names
+    /// compared under a collation other than `BINARY`) is refused with
+    /// [`SqliteError::IncompatibleTable`].
     async fn migrate(&self) -> Result<(), BoxError> {
-        self.run(|conn, sql| conn.execute_batch(&sql.create_table))
-            .await
+        let found = self
+            .run(|conn, sql| {
+                let table = sql.table.name();
+                match schema::inspect(conn, table)? {
+                    Found::Missing => {
+                        conn.execute_batch(&sql.create_table)?;
+                        schema::inspect(conn, table)
+                    }
+                    found => Ok(found),
+                }
+            })
+            .await?;
+        match found {
+            Found::Usable => Ok(()),
+            Found::Missing => Err("the lease table is still missing after its creation".into()),
+            Found::Incompatible(reason) => Err(SqliteError::IncompatibleTable {
+                table: self.inner.sql.table.name().to_owned(),
+                reason,
+            }
+            .into()),
+        }
     }
 
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {

@@ -297,7 +297,7 @@ impl Target {
                     .await?;
                 (
                     Leases::new(store.clone()),
-                    Raw::MySql(store.pool().clone()),
+                    Raw::MySql(store.pool().clone().into_inner()),
                     Guard::MySql(store),
                     format!("MySqlStore, pool of up to {POOL} connections"),
                 )

@@ -1,0 +1,302 @@
+//! The store and an existing table: `migrate()` looks before it creates, so
+//! a user without `CREATE` can migrate, and refuses a table the statements
+//! cannot use.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions fail loudly"
+)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lease_core::Leases;
+use lease_mysql::mysql_async::prelude::Queryable;
+use lease_mysql::mysql_async::{Opts, Pool};
+use lease_mysql::{MySqlError, MySqlStore};
+
+/// A name of this test's own; the `lmc_` prefix lets the conformance
+/// suite's sweep drop a table should this test die before dropping it.
+fn unique(kind: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    format!(
+        "lmc_{:x}_{:x}_{n}_{kind}",
+        std::process::id(),
+        now.subsec_nanos()
+    )
+}
+
+/// A pool of the test's own, as the server's administrator (`url`'s user).
+fn admin(url: &str) -> Pool {
+    Pool::new(Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap())
+}
+
+async fn exec(pool: &Pool, statement: &str) {
+    let mut conn = pool.get_conn().await.unwrap();
+    conn.query_drop(statement)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
+
+/// `url` with another user and password, over TCP.
+fn url_as(url: &str, user: &str, password: &str) -> String {
+    let opts = Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap();
+    format!(
+        "mysql://{user}:{password}@{}:{}/{}?prefer_socket=false",
+        opts.ip_or_hostname(),
+        opts.tcp_port(),
+        opts.db_name().unwrap_or_default()
+    )
+}
+
+/// A user created for the test, with only `privileges` on `table`; dropped
+/// by [`Restricted::drop_user`].
+struct Restricted {
+    user: String,
+    url: String,
+}
+
+impl Restricted {
+    async fn create(url: &str, admin: &Pool, table: &str, privileges: &str) -> Restricted {
+        let user = unique("u");
+        let password = "lease-test-pw";
+        for host in ["%", "localhost"] {
+            exec(
+                admin,
+                &format!("CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'"),
+            )
+            .await;
+            exec(
+                admin,
+                &format!("GRANT {privileges} ON `{table}` TO '{user}'@'{host}'"),
+            )
+            .await;
+        }
+        Restricted {
+            url: url_as(url, &user, password),
+            user,
+        }
+    }
+
+    async fn drop_user(self, admin: &Pool) {
+        for host in ["%", "localhost"] {
+            exec(
+                admin,
+                &format!("DROP USER IF EXISTS '{}'@'{host}'", self.user),
+            )
+            .await;
+        }
+    }
+}
+
+/// Issue 16, item 3: `migrate()` needed `CREATE` even when the table
+/// existed (error 1142), though the documented privileges are `SELECT`,
+/// `INSERT` and `UPDATE`.
+#[tokio::test]
+async fn a_user_with_select_insert_update_only_migrates_an_existing_table() {
+    let Some(url) = common::url() else { return };
+    let table = unique("privs");
+    let root = common::fresh(&url, &table).await;
+    let admin = admin(&url);
+    let restricted = Restricted::create(&url, &admin, &table, "SELECT, INSERT, UPDATE").await;
+
+    let outcome = async {
+        let store = MySqlStore::builder()
+            .with_table(&table)
+            .connect(&restricted.url)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        store
+            .migrate()
+            .await
+            .map_err(|e| format!("migrate: {e:?}"))?;
+        let leases = Leases::new(store);
+        let handle = leases
+            .claim("privs")
+            .await
+            .map_err(|e| format!("claim: {e:?}"))?
+            .ok_or("claim refused")?;
+        handle.renew().await.map_err(|e| format!("renew: {e:?}"))?;
+        handle
+            .release()
+            .await
+            .map_err(|e| format!("release: {e:?}"))?;
+        // A table the user may not create is still refused by the server.
+        let other = MySqlStore::builder()
+            .with_table(unique("nocreate"))
+            .connect(&restricted.url)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        match other.migrate().await {
+            Err(MySqlError::Database(_)) => Ok::<_, String>(()),
+            other => Err(format!("creating a table without CREATE: {other:?}")),
+        }
+    }
+    .await;
+
+    restricted.drop_user(&admin).await;
+    common::drop_table(&root, &table).await;
+    admin.disconnect().await.unwrap();
+    outcome.unwrap();
+}
+
+/// The store refuses, as it connects and in `migrate`, a table without a
+/// column the statements use, and leaves it as it is.
+#[tokio::test]
+async fn an_existing_table_missing_a_column_is_refused_and_left_as_it_is() {
+    let Some(url) = common::url() else { return };
+    let table = unique("cols");
+    let admin = admin(&url);
+    exec(
+        &admin,
+        &format!(
+            "CREATE TABLE `{table}` (name VARBINARY(191) NOT NULL PRIMARY KEY, \
+             holder VARBINARY(64) NOT NULL, instance VARCHAR(255) NOT NULL, \
+             term BIGINT UNSIGNED NOT NULL, expires_at_ms BIGINT NOT NULL)"
+        ),
+    )
+    .await;
+    let outcome = assert_refused(
+        &url,
+        &admin,
+        &table,
+        "slot_ms, unfinished_slot_ms, rerun_slot_ms",
+    )
+    .await;
+    let mut conn = admin.get_conn().await.unwrap();
+    let columns: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+            (&table,),
+        )
+        .await
+        .unwrap();
+    drop(conn);
+    exec(&admin, &format!("DROP TABLE `{table}`")).await;
+    admin.disconnect().await.unwrap();
+    outcome.unwrap();
+    assert_eq!(columns, Some(5));
+}
+
+/// What went wrong, in words, when a store accepted a table it should have
+/// refused: the terms its claims returned against the terms in the rows.
+async fn claims_against_rows(store: MySqlStore, admin: &Pool, table: &str) -> String {
+    let leases = Leases::new(store);
+    let mut report = Vec::new();
+    for name in ["a", "b", "c"] {
+        let claimed = leases.claim(name).await;
+        let mut conn = admin.get_conn().await.unwrap();
+        let row: Option<(u64, String)> = conn
+            .exec_first(
+                format!("SELECT term, holder FROM `{table}` WHERE name = ?"),
+                (name,),
+            )
+            .await
+            .unwrap();
+        let returned = match &claimed {
+            Ok(Some(h)) => format!("claimed, term {}", h.term()),
+            Ok(None) => "not claimed".to_owned(),
+            Err(e) => format!("error {e}"),
+        };
+        let held = match (&claimed, row) {
+            (Ok(Some(h)), Some((term, holder))) if holder == h.holder() => format!("term {term}"),
+            (_, Some((term, _))) => format!("term {term} (someone's)"),
+            (_, None) => "no row".to_owned(),
+        };
+        report.push(format!("{name}: {returned}; the row: {held}"));
+    }
+    report.join("; ")
+}
+
+/// Runs `check` on a store connected to `table`, then on one from a pool
+/// (which sends nothing) through `migrate`: both must refuse the table with
+/// a reason containing `needle`.
+async fn assert_refused(url: &str, admin: &Pool, table: &str, needle: &str) -> Result<(), String> {
+    match MySqlStore::builder().with_table(table).connect(url).await {
+        Err(MySqlError::IncompatibleTable { reason, .. }) if reason.contains(needle) => {}
+        Err(e) => return Err(format!("connect: unexpected {e:?}")),
+        Ok(store) => {
+            return Err(format!(
+                "connect accepted the table: {}",
+                claims_against_rows(store, admin, table).await
+            ));
+        }
+    }
+    let pool = Pool::new(Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap());
+    let store = MySqlStore::builder()
+        .with_table(table)
+        .from_pool(pool)
+        .unwrap();
+    let migrated = store.migrate().await;
+    store
+        .pool()
+        .clone()
+        .into_inner()
+        .disconnect()
+        .await
+        .unwrap();
+    match migrated {
+        Err(MySqlError::IncompatibleTable { reason, .. }) if reason.contains(needle) => Ok(()),
+        other => Err(format!("migrate: unexpected {other:?}")),
+    }
+}
+
+/// Issue 16, item 2: on a hand-made table with an `AUTO_INCREMENT` column,
+/// claims returned the column's ids as their terms (1, 2, 3 while every row
+/// held term 1): wrong fencing tokens.
+#[tokio::test]
+async fn a_table_with_an_auto_increment_column_is_refused() {
+    let Some(url) = common::url() else { return };
+    let table = unique("autoinc");
+    let root = common::fresh(&url, &table).await;
+    let admin = admin(&url);
+    exec(
+        &admin,
+        &format!("ALTER TABLE `{table}` ADD COLUMN id BIGINT NOT NULL AUTO_INCREMENT UNIQUE"),
+    )
+    .await;
+    let outcome = assert_refused(&url, &admin, &table, "AUTO_INCREMENT").await;
+    common::drop_table(&root, &table).await;
+    admin.disconnect().await.unwrap();
+    outcome.unwrap();
+}
+
+/// Issue 16, item 2: with an audit trigger inserting into a table of its
+/// own, a claim that succeeded in the database returned "not claimed".
+#[tokio::test]
+async fn a_table_with_a_trigger_is_refused() {
+    let Some(url) = common::url() else { return };
+    let table = unique("trig");
+    let audit = format!("{table}_audit");
+    let root = common::fresh(&url, &table).await;
+    let admin = admin(&url);
+    exec(
+        &admin,
+        &format!(
+            "CREATE TABLE `{audit}` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, \
+             name VARBINARY(191) NOT NULL)"
+        ),
+    )
+    .await;
+    for event in ["INSERT", "UPDATE"] {
+        exec(
+            &admin,
+            &format!(
+                "CREATE TRIGGER `{table}_{event}` AFTER {event} ON `{table}` FOR EACH ROW \
+                 INSERT INTO `{audit}` (name) VALUES (NEW.name)"
+            ),
+        )
+        .await;
+    }
+    let outcome = assert_refused(&url, &admin, &table, "trigger").await;
+    common::drop_table(&root, &table).await;
+    common::drop_table(&root, &audit).await;
+    admin.disconnect().await.unwrap();
+    outcome.unwrap();
+}
