@@ -31,6 +31,31 @@ use crate::error::Error;
 /// assert!(err.to_string().contains("deadline"));
 /// # Ok::<(), lease_core::Error>(())
 /// ```
+///
+/// # The rules
+///
+/// [`TimingsBuilder::build`] **refuses**:
+///
+/// - a lease under 1 ms or over [`MAX_LEASE`](Timings::MAX_LEASE) (100 years: every
+///   backend computes `now + lease` in signed 64-bit milliseconds, and the lease is
+///   counted in whole milliseconds);
+/// - a renew interval under 1 ms (the database's clock counts milliseconds: a
+///   shorter cadence only spins);
+/// - a renew interval not shorter than the local deadline (the holder would give
+///   itself up before its first renewal);
+/// - a local deadline not shorter than the lease (a holder that cannot renew would
+///   still believe it holds the name when the database lets another claim it).
+///
+/// It **warns** (a `tracing` warning, and [`concerns`](Timings::concerns)) when the
+/// step-down margin, lease − deadline, is shorter than:
+///
+/// - the statement timeout: a statement the holder sent just before its deadline
+///   may still be running on the server when the database frees the name (guarded
+///   transactions are bounded on the server; plain writes are not);
+/// - the grace: work that ignores a loss at the deadline may run on beside its
+///   successor for grace − margin before it is aborted.
+///
+/// The defaults (margin 5 s, statement timeout 5 s, grace 5 s) meet both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Timings {
     lease: Duration,
@@ -51,6 +76,41 @@ impl Timings {
     pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
     /// The protocol's step-down grace: 5 s.
     pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+    /// The longest lease [`TimingsBuilder::build`] accepts: 100 years, far
+    /// inside the signed 64-bit milliseconds every backend computes
+    /// `now + lease` in.
+    pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    /// The shortest renew interval [`TimingsBuilder::build`] accepts: the
+    /// database's clock counts milliseconds.
+    pub const MIN_RENEW: Duration = Duration::from_millis(1);
+
+    /// What in these timings keeps the protocol's promises only narrowly (see
+    /// the rules above); empty for the defaults. [`TimingsBuilder::build`]
+    /// logs each as a warning.
+    #[must_use]
+    pub fn concerns(&self) -> Vec<String> {
+        let margin = self.lease.saturating_sub(self.deadline);
+        let mut concerns = Vec::new();
+        if margin < self.statement_timeout() {
+            concerns.push(format!(
+                "the step-down margin (lease {:?} - deadline {:?} = {margin:?}) is shorter than \
+                 the statement timeout ({:?}): a statement sent just before the deadline may \
+                 still run when the database frees the name",
+                self.lease,
+                self.deadline,
+                self.statement_timeout()
+            ));
+        }
+        if margin < self.grace {
+            concerns.push(format!(
+                "the step-down margin ({margin:?}) is shorter than the grace ({:?}): work that \
+                 ignores a loss may run beside its successor for up to {:?}",
+                self.grace,
+                self.grace - margin
+            ));
+        }
+        concerns
+    }
 
     /// A builder starting from the defaults.
     pub fn builder() -> TimingsBuilder {
@@ -116,8 +176,19 @@ impl Timings {
                 "the lease ({:?}) must last at least 1 ms",
                 self.lease
             ))
-        } else if self.renew.is_zero() {
-            Some("the renew interval must not be zero".to_owned())
+        } else if self.lease > Self::MAX_LEASE {
+            Some(format!(
+                "the lease ({:?}) must not exceed {:?}: the databases compute now + lease in \
+                 signed 64-bit milliseconds",
+                self.lease,
+                Self::MAX_LEASE
+            ))
+        } else if self.renew < Self::MIN_RENEW {
+            Some(format!(
+                "the renew interval ({:?}) must be at least 1 ms: the database's clock counts \
+                 milliseconds",
+                self.renew
+            ))
         } else if self.renew >= self.deadline {
             Some(format!(
                 "the renew interval ({:?}) must be shorter than the local deadline ({:?}), \
@@ -136,7 +207,12 @@ impl Timings {
         };
         match problem {
             Some(p) => Err(Error::InvalidTimings(p)),
-            None => Ok(self),
+            None => {
+                for concern in self.concerns() {
+                    tracing::warn!(%concern, "lease timings keep the protocol's promises narrowly");
+                }
+                Ok(self)
+            }
         }
     }
 }
@@ -237,6 +313,43 @@ mod tests {
     }
 
     #[test]
+    fn sub_millisecond_renewals_and_endless_leases_are_refused() {
+        let err = Timings::builder()
+            .lease(ms(600))
+            .renew(Duration::from_micros(500))
+            .deadline(ms(300))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("at least 1 ms"), "{err}");
+        let err = Timings::builder()
+            .lease(Duration::from_secs(200 * 365 * 24 * 3600))
+            .build()
+            .unwrap_err();
+        assert!(err.to_string().contains("64-bit"), "{err}");
+        assert!(Timings::builder().lease(Timings::MAX_LEASE).build().is_ok());
+    }
+
+    #[test]
+    fn narrow_margins_are_concerns_and_the_defaults_have_none() {
+        assert!(Timings::default().concerns().is_empty());
+        let narrow = Timings::builder()
+            .lease(ms(10_500))
+            .grace(ms(400))
+            .build()
+            .unwrap();
+        let concerns = narrow.concerns();
+        assert_eq!(concerns.len(), 1, "{concerns:?}");
+        assert!(concerns[0].contains("statement timeout"), "{concerns:?}");
+        let ignoring = Timings::builder()
+            .grace(Duration::from_secs(8))
+            .build()
+            .unwrap();
+        let concerns = ignoring.concerns();
+        assert_eq!(concerns.len(), 1, "{concerns:?}");
+        assert!(concerns[0].contains("up to 3s"), "{concerns:?}");
+    }
+
+    #[test]
     fn renew_not_shorter_than_deadline_is_refused() {
         let err = Timings::builder()
             .renew(Duration::from_secs(10))
@@ -257,11 +370,11 @@ mod tests {
 
     #[test]
     fn deadline_is_compared_with_the_lease_in_whole_milliseconds() {
-        // A lease of 1.5 ms lasts 1 ms in the table: a 1.2 ms deadline outlives it.
+        // A lease of 3.5 ms lasts 3 ms in the table: a 3.2 ms deadline outlives it.
         let err = Timings::builder()
-            .lease(Duration::from_micros(1_500))
-            .renew(Duration::from_micros(100))
-            .deadline(Duration::from_micros(1_200))
+            .lease(Duration::from_micros(3_500))
+            .renew(Duration::from_millis(1))
+            .deadline(Duration::from_micros(3_200))
             .build()
             .unwrap_err();
         assert!(err.to_string().contains("local deadline"), "{err}");
