@@ -7,8 +7,12 @@
     missing_docs
 )]
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
+use lease_mysql::mysql_async::{Opts, Pool};
 
 /// The test server's URL from `LEASE_TEST_MYSQL_URL`, under the suite's
 /// policy: unset, a failure when `CI` is `true`, otherwise a skip note on
@@ -161,4 +165,80 @@ pub async fn proxied_store(
         .connect(&proxied)
         .await
         .unwrap()
+}
+
+/// A name of this test's own; the `lmc_` prefix lets the conformance
+/// suite's sweep drop a table should this test die before dropping it.
+pub fn unique(kind: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    format!(
+        "lmc_{:x}_{:x}_{n}_{kind}",
+        std::process::id(),
+        now.subsec_nanos()
+    )
+}
+
+/// A pool of the test's own, as the server's administrator (`url`'s user).
+pub fn admin(url: &str) -> Pool {
+    Pool::new(Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap())
+}
+
+pub async fn exec(pool: &Pool, statement: &str) {
+    let mut conn = pool.get_conn().await.unwrap();
+    conn.query_drop(statement)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
+
+/// `url` with another user and password, over TCP.
+pub fn url_as(url: &str, user: &str, password: &str) -> String {
+    let opts = Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap();
+    format!(
+        "mysql://{user}:{password}@{}:{}/{}?prefer_socket=false",
+        opts.ip_or_hostname(),
+        opts.tcp_port(),
+        opts.db_name().unwrap_or_default()
+    )
+}
+
+/// A user created for the test, with only `privileges` on `table`; dropped
+/// by [`Restricted::drop_user`].
+pub struct Restricted {
+    pub user: String,
+    pub url: String,
+}
+
+impl Restricted {
+    pub async fn create(url: &str, admin: &Pool, table: &str, privileges: &str) -> Restricted {
+        let user = unique("u");
+        let password = "lease-test-pw";
+        for host in ["%", "localhost"] {
+            exec(
+                admin,
+                &format!("CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}'"),
+            )
+            .await;
+            exec(
+                admin,
+                &format!("GRANT {privileges} ON `{table}` TO '{user}'@'{host}'"),
+            )
+            .await;
+        }
+        Restricted {
+            url: url_as(url, &user, password),
+            user,
+        }
+    }
+
+    pub async fn drop_user(self, admin: &Pool) {
+        for host in ["%", "localhost"] {
+            exec(
+                admin,
+                &format!("DROP USER IF EXISTS '{}'@'{host}'", self.user),
+            )
+            .await;
+        }
+    }
 }
