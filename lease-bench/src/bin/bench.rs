@@ -469,7 +469,14 @@ where
             }
         }
     }
-    Summary::of(all, errors, start.elapsed())
+    let summary = Summary::of(all, errors, start.elapsed());
+    // Progress on stderr while the table builds up on stdout.
+    eprintln!(
+        "  cell done: {workers} workers, {:.0} ops/s, p50 {}",
+        summary.throughput,
+        Latency(summary.p50)
+    );
+    summary
 }
 
 /// One row of the table.

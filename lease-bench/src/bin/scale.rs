@@ -201,7 +201,24 @@ async fn hold_and_measure(
     );
     sleep(timings.renew() * 2).await;
     let a = meter.sample().await?;
-    sleep(Duration::from_secs(seconds)).await;
+    // A progress line every 5 s of the window (on stderr: the report is stdout).
+    let window_end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < window_end {
+        sleep(
+            window_end
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(5)),
+        )
+        .await;
+        let lost = held.iter().filter(|(h, _)| h.lost()).count();
+        eprintln!(
+            "    ... {:.0} s left in the window, {lost} of {} leases lost so far",
+            window_end
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64(),
+            held.len()
+        );
+    }
     let b = meter.sample().await?;
     let lost = held.iter().filter(|(h, _)| h.lost()).count();
     report(

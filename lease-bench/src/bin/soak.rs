@@ -74,6 +74,9 @@ fn timings() -> dblease::Result<Timings> {
         .build()
 }
 
+/// How often the soak prints a progress line while it runs.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
 const USAGE: &str = "usage: soak [--seconds N] [--procs N] [--plant NAME] [--history FILE] \
 [--expect-violations] [URL]\n  URL: sqlite://PATH (default: a file in a temp dir), postgres://..., mysql://...\n  \
 plants: none, skip-deadline, phantom-claim, rerun-finished";
@@ -720,7 +723,21 @@ async fn orchestrate(args: &Args) -> BoxResult<bool> {
     let end = Instant::now() + Duration::from_secs(args.seconds);
     // Let the contenders settle before the first fault.
     sleep(Duration::from_millis(1_500).min(Duration::from_secs(args.seconds))).await;
+    let started = Instant::now();
+    let mut next_progress = started + PROGRESS_EVERY;
     while Instant::now() < end {
+        if Instant::now() >= next_progress {
+            next_progress += PROGRESS_EVERY;
+            println!(
+                "  {:>3} s of {}: {} kills, {} pauses, {} cuts, {} stalls so far",
+                started.elapsed().as_secs(),
+                args.seconds,
+                faults.kills,
+                faults.pauses,
+                faults.cuts,
+                faults.stalls
+            );
+        }
         let gap = rng.ms(700, 2_000);
         sleep(gap.min(end.saturating_duration_since(Instant::now()))).await;
         if Instant::now() >= end {
