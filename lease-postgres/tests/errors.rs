@@ -10,26 +10,14 @@
 
 mod common;
 
+use common::{exec, url_as};
+
 use std::time::Duration;
 
 use lease_conformance::network::url_via;
 use lease_conformance::proxy::Proxy;
 use lease_core::{DbErrorKind, Error, Leases};
 use lease_postgres::PostgresStore;
-
-fn url_as(url: &str, user: &str, password: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
-    format!("{scheme}://{user}:{password}@{rest}")
-}
-
-async fn exec(store: &PostgresStore, statement: &str) {
-    let client = store.pool().get().await.unwrap();
-    client
-        .batch_execute(statement)
-        .await
-        .unwrap_or_else(|e| panic!("{statement}: {e}"));
-}
 
 fn kind_of(err: &Error) -> Option<DbErrorKind> {
     err.db_kind()

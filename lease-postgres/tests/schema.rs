@@ -10,23 +10,10 @@
 
 mod common;
 
+use common::{exec, url_as};
+
 use lease_core::{LeaseStore, Leases};
 use lease_postgres::{PostgresError, PostgresStore};
-
-/// `url` with another user and password.
-fn url_as(url: &str, user: &str, password: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
-    format!("{scheme}://{user}:{password}@{rest}")
-}
-
-async fn exec(store: &PostgresStore, statement: &str) {
-    let client = store.pool().get().await.unwrap();
-    client
-        .batch_execute(statement)
-        .await
-        .unwrap_or_else(|e| panic!("{statement}: {e}"));
-}
 
 /// Issue 16, item 3: a role with only `SELECT`, `INSERT` and `UPDATE` on the
 /// table migrates it and carries leases on it.

@@ -111,3 +111,19 @@ pub async fn sweep(store: &PostgresStore) {
         })
         .await;
 }
+
+/// `url` with another user and password.
+pub fn url_as(url: &str, user: &str, password: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}:{password}@{rest}")
+}
+
+/// Runs `statement` (one or more, `;`-separated) as the store's user.
+pub async fn exec(store: &PostgresStore, statement: &str) {
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute(statement)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
