@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The jobs each replica runs: `<prefix>-0` .. `<prefix>-{JOBS-1}`, `@every 1s`.
+/// The jobs each replica of the in-process test runs: `<prefix>-0` ..
+/// `<prefix>-{JOBS-1}`, `@every 1s` (the cross-process test runs more).
 pub const JOBS: usize = 4;
 
 /// How a round ended.
@@ -66,8 +67,8 @@ fn summary(recs: &[Rec], job: usize) -> Vec<String> {
         .collect()
 }
 
-/// Checks, job by job, over the instants from `started` to `stopped`
-/// (database ms):
+/// Checks, job by job (jobs `0..jobs`), over the instants from `started`
+/// to `stopped` (database ms):
 ///
 /// - never two rounds of one job at once;
 /// - no instant run more than twice; a second run only as a rerun, after a
@@ -77,13 +78,19 @@ fn summary(recs: &[Rec], job: usize) -> Vec<String> {
 ///   by a crash (its lease, or the rerun, may hold the name as it comes).
 ///
 /// Every round must have ended (a crashed one, with `Dropped`).
-pub fn check(recs: &[Rec], started: i64, stopped: i64, rerun_due: impl Fn(&Rec) -> bool) {
+pub fn check(
+    recs: &[Rec],
+    jobs: usize,
+    started: i64,
+    stopped: i64,
+    rerun_due: impl Fn(&Rec) -> bool,
+) {
     assert!(
         recs.iter()
             .all(|r| r.outcome != Outcome::Running && r.end_ms.is_some()),
         "every round ended: {recs:#?}"
     );
-    for job in 0..JOBS {
+    for job in 0..jobs {
         let mut rounds: Vec<&Rec> = recs.iter().filter(|r| r.job == job).collect();
         rounds.sort_by_key(|r| r.start_ms);
         for pair in rounds.windows(2) {
@@ -144,15 +151,16 @@ pub fn check(recs: &[Rec], started: i64, stopped: i64, rerun_due: impl Fn(&Rec) 
 /// makes `check` panic.
 pub fn planted_bugs_are_caught(
     good: &[Rec],
+    jobs: usize,
     started: i64,
     stopped: i64,
     rerun_due: impl Fn(&Rec) -> bool + Copy + std::panic::RefUnwindSafe,
 ) {
-    check(good, started, stopped, rerun_due);
+    check(good, jobs, started, stopped, rerun_due);
     let fails = |recs: Vec<Rec>, what: &str| {
         eprintln!("planting a bug in the history: {what} (the panic below is expected)");
         let caught =
-            std::panic::catch_unwind(|| check(&recs, started, stopped, rerun_due)).is_err();
+            std::panic::catch_unwind(|| check(&recs, jobs, started, stopped, rerun_due)).is_err();
         assert!(caught, "the checker missed a planted bug: {what}");
     };
     let ran: Vec<&Rec> = good
