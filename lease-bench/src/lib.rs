@@ -2,7 +2,7 @@
 //! 10,000-lease scale run on PostgreSQL, and a multi-process safety soak
 //! with the checker that judges its history.
 //!
-//! The binaries are the product (`bench`, `scale`, `soak`); this library
+//! The binaries are the product (`bench`, `scale`, `scheduler`, `soak`); this library
 //! holds what they share and what is worth testing on its own:
 //!
 //! - [`stats`]: latency percentiles and throughput from recorded samples;

@@ -4,6 +4,7 @@
 mod clock;
 mod error;
 mod job;
+pub mod metrics;
 mod schedule;
 mod scheduler;
 

@@ -17,6 +17,7 @@ use tracing::Instrument as _;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::job::{Job, JobFn, JobResult, Round};
+use crate::metrics::{self, RoundLabel};
 use crate::schedule::{Rfc3339, Schedule};
 
 /// The prefix of every job's lease name.
@@ -362,6 +363,7 @@ struct RunningGuard {
 impl RunningGuard {
     fn new(running: &Running, job: &Arc<str>) -> Self {
         lock(running).insert(job.clone());
+        metrics::running(1.0);
         RunningGuard {
             running: running.clone(),
             job: job.clone(),
@@ -372,6 +374,7 @@ impl RunningGuard {
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         lock(&self.running).remove(&self.job);
+        metrics::running(-1.0);
     }
 }
 
@@ -408,6 +411,28 @@ enum Ending {
 struct Kind {
     rerun: bool,
     catch_up: bool,
+}
+
+impl Kind {
+    fn label(self) -> RoundLabel {
+        if self.rerun {
+            RoundLabel::Rerun
+        } else if self.catch_up {
+            RoundLabel::CatchUp
+        } else {
+            RoundLabel::Scheduled
+        }
+    }
+}
+
+impl Ending {
+    fn label(self) -> &'static str {
+        match self {
+            Ending::Ran => "ran",
+            Ending::Failed => "failed",
+            Ending::CutShort => "cut_short",
+        }
+    }
 }
 
 /// The loop of one job.
@@ -490,7 +515,7 @@ impl JobTask {
                 Ok(last) => break last,
                 Err(error) => {
                     if !self
-                        .retry_or_give_up(latest, give_up, &error, "catch-up")
+                        .retry_or_give_up(latest, give_up, &error, "catch-up", RoundLabel::CatchUp)
                         .await
                     {
                         return None;
@@ -540,14 +565,17 @@ impl JobTask {
         give_up: Option<Instant>,
         error: &LeaseError,
         what: &'static str,
+        round: RoundLabel,
     ) -> bool {
         let job = &self.job.name;
         if !error.is_retryable() {
+            metrics::claim(round, "error");
             tracing::error!(job = %job, instant = %Rfc3339(instant), error = %Chain(error), what, "round not run: the claim was refused");
             return false;
         }
         let retry_at = Instant::now() + self.leases.timings().retry_interval();
         if give_up.is_some_and(|at| retry_at >= at) {
+            metrics::claim(round, "gave_up");
             tracing::warn!(
                 job = %job,
                 instant = %Rfc3339(instant),
@@ -567,7 +595,10 @@ impl JobTask {
         );
         tokio::select! {
             biased;
-            () = self.shutdown.cancelled() => false,
+            () = self.shutdown.cancelled() => {
+                metrics::claim(round, "gave_up");
+                false
+            }
             () = tokio::time::sleep_until(retry_at) => true,
         }
     }
@@ -580,6 +611,7 @@ impl JobTask {
         loop {
             match self.leases.claim_slot(&job.lease_name, instant).await {
                 Ok(None) => {
+                    metrics::claim(kind.label(), "skipped");
                     tracing::debug!(
                         job = %job.name,
                         instant = %Rfc3339(instant),
@@ -589,7 +621,9 @@ impl JobTask {
                     return None;
                 }
                 Ok(Some(handle)) => {
+                    metrics::claim(kind.label(), "claimed");
                     if let Some(given_up) = handle.superseded() {
+                        metrics::superseded();
                         tracing::warn!(
                             job = %job.name,
                             instant = %Rfc3339(instant),
@@ -603,7 +637,7 @@ impl JobTask {
                 }
                 Err(error) => {
                     if !self
-                        .retry_or_give_up(instant, give_up, &error, "claim")
+                        .retry_or_give_up(instant, give_up, &error, "claim", kind.label())
                         .await
                     {
                         return None;
@@ -618,6 +652,7 @@ impl JobTask {
         let job = &self.job;
         match self.leases.claim_rerun(&offer).await {
             Ok(Some(handle)) => {
+                metrics::claim(RoundLabel::Rerun, "claimed");
                 tracing::info!(
                     job = %job.name,
                     instant = %Rfc3339(offer.slot),
@@ -637,6 +672,7 @@ impl JobTask {
                 )
             }
             Ok(None) => {
+                metrics::claim(RoundLabel::Rerun, "skipped");
                 tracing::debug!(
                     job = %job.name,
                     instant = %Rfc3339(offer.slot),
@@ -645,6 +681,7 @@ impl JobTask {
                 None
             }
             Err(error) => {
+                metrics::claim(RoundLabel::Rerun, "error");
                 tracing::warn!(
                     job = %job.name,
                     instant = %Rfc3339(offer.slot),
@@ -671,6 +708,9 @@ impl JobTask {
             catch_up = kind.catch_up,
             "round started"
         );
+        if kind.label() == RoundLabel::Scheduled {
+            metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
+        }
         let started = Instant::now();
         let f = job.run.clone();
         let name = job.name.clone();
@@ -704,6 +744,7 @@ impl JobTask {
                 Ending::Failed
             }
         };
+        metrics::round(kind.label(), ending.label(), started.elapsed());
         let fields = Fields {
             job: &job.name,
             instant,
@@ -781,6 +822,7 @@ impl JobTask {
             cancel: cancel.clone(),
         };
         tracing::info!(job = %job.name, instant = %Rfc3339(instant), "round started");
+        metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
         let started = Instant::now();
         let run = job.run.clone();
         // The function is called on the task, so that a panic in it, before
@@ -801,6 +843,7 @@ impl JobTask {
                 Ending::Failed
             }
         };
+        metrics::round(RoundLabel::PerInstance, ending.label(), started.elapsed());
         match ending {
             Ending::CutShort => tracing::warn!(
                 job = %job.name,
@@ -843,6 +886,7 @@ impl JobTask {
         let schedule = &self.job.schedule;
         let skipped = schedule.count_between(from, end);
         if skipped > 0 {
+            metrics::overrun(skipped);
             let first = schedule.next_after(from).unwrap_or(end);
             let last = schedule.latest_at_or_before(end).unwrap_or(end);
             tracing::warn!(
@@ -897,6 +941,7 @@ impl Sweep {
         loop {
             match self.leases.unfinished_slots(&names).await {
                 Ok(found) => {
+                    metrics::sweep(true);
                     for u in found {
                         tracing::debug!(
                             job = %u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
@@ -909,10 +954,13 @@ impl Sweep {
                         }
                     }
                 }
-                Err(error) => tracing::warn!(
-                    error = %Chain(&error),
-                    "rerun sweep failed: the next one tries again"
-                ),
+                Err(error) => {
+                    metrics::sweep(false);
+                    tracing::warn!(
+                        error = %Chain(&error),
+                        "rerun sweep failed: the next one tries again"
+                    );
+                }
             }
             let pause = self.interval + jitter(self.interval / 15);
             tokio::select! {

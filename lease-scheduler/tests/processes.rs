@@ -1,6 +1,9 @@
 //! Three replica processes on one database (SQLite file, PostgreSQL,
-//! MariaDB/MySQL), four jobs `@every 1s` each; one process is killed with
-//! SIGKILL mid-round. Each process writes what its rounds saw to a file of
+//! MariaDB/MySQL), ten jobs `@every 1s` each for 15 s; one process is
+//! killed with SIGKILL mid-round, about 5 s in. This is the multi-replica
+//! scheduler check CI runs on all three databases (issue 12; the issue's
+//! 20 jobs for 30 s are scaled down to keep CI's time, the three databases
+//! running side by side). Each process writes what its rounds saw to a file of
 //! its own; the history checker of the in-process test then reads them all.
 //!
 //! The replicas are this test binary run again (`replica_process`, ignored
@@ -27,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use history::{JOBS, Outcome, Rec, wall_ms};
+use history::{Outcome, Rec, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
 use lease_scheduler::{Job, Round, Scheduler};
 
@@ -39,6 +42,12 @@ const LOG: &str = "LEASE_SCHEDULER_TEST_LOG";
 const SECONDS: &str = "LEASE_SCHEDULER_TEST_SECONDS";
 
 const WORK: Duration = Duration::from_millis(150);
+/// The jobs each replica runs: `<prefix>-0` .. `<prefix>-{JOBS-1}`.
+const JOBS: usize = 10;
+/// How long each replica runs its scheduler.
+const RUN_SECONDS: u64 = 15;
+/// How long after the start the killed replica is first looked at.
+const KILL_AFTER: Duration = Duration::from_secs(5);
 
 fn timings() -> Timings {
     Timings::builder()
@@ -275,12 +284,12 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
         .collect();
     let mut children: Vec<Child> = logs
         .iter()
-        .map(|(r, path)| spawn(r, url, table, &prefix, path, 6))
+        .map(|(r, path)| spawn(r, url, table, &prefix, path, RUN_SECONDS))
         .collect();
 
     // Kill c in the middle of a first round (not a rerun, not at its edge).
     let give_up = Instant::now() + Duration::from_secs(30);
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    tokio::time::sleep(KILL_AFTER).await;
     let killed_at = loop {
         let c = read(&logs[2].1, "c", None);
         let open_round = c
@@ -323,8 +332,8 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
     // Rounds cut short by the survivors' own shutdowns at the end have no
     // peer left to run them again; the killed replica's must have run again.
     let rerun_due = |r: &Rec| r.outcome == Outcome::Dropped;
-    history::check(&recs, started, stopped, rerun_due);
-    history::planted_bugs_are_caught(&recs, started, stopped, rerun_due);
+    history::check(&recs, JOBS, started, stopped, rerun_due);
+    history::planted_bugs_are_caught(&recs, JOBS, started, stopped, rerun_due);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

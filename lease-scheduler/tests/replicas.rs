@@ -244,8 +244,8 @@ fn check(history: &History, started: i64, stopped: i64) {
     // The last replica's rounds cut short by its own shutdown have no peer
     // left to run them again.
     let rerun_due = |r: &Rec| r.replica != "a";
-    history::check(&recs, started, stopped, rerun_due);
-    history::planted_bugs_are_caught(&recs, started, stopped, rerun_due);
+    history::check(&recs, JOBS, started, stopped, rerun_due);
+    history::planted_bugs_are_caught(&recs, JOBS, started, stopped, rerun_due);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

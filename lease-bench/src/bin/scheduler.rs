@@ -4,13 +4,13 @@
 //! their instant (p50, p99, max), and the CPU the process used.
 //!
 //! ```text
-//! cargo run --release -p lease-scheduler --example bench -- [URL] [--jobs N] [--seconds S]
-//! cargo run --release -p lease-scheduler --example bench -- failover [URL] [--samples N]
+//! cargo run --release -p lease-bench --bin scheduler -- [URL] [--jobs N] [--seconds S]
+//! cargo run --release -p lease-bench --bin scheduler -- failover [URL] [--samples N]
 //! ```
 //!
 //! `failover` measures, with the default timings, the time from a SIGKILL of
 //! the process running a round to its rerun starting on a peer: two replica
-//! processes (this example run again) run a job `@every 40s` whose rounds
+//! processes (this binary run again) run a job `@every 40s` whose rounds
 //! last 20 s; the one that claims an instant is killed half a second into
 //! its round. About a minute per sample.
 //!
@@ -28,8 +28,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use dblease::scheduler::{Job, Round, Scheduler};
+use lease_bench::cpu::cpu_time;
 use lease_core::{CancellationToken, LeaseStore, Leases};
-use lease_scheduler::{Job, Round, Scheduler};
 
 fn wall_ms() -> i64 {
     i64::try_from(
@@ -39,17 +40,6 @@ fn wall_ms() -> i64 {
             .as_millis(),
     )
     .unwrap()
-}
-
-/// CPU time (user + system) this process has used, from /proc.
-fn cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) start after ')'.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Linux reports in clock ticks of 1/100 s (USER_HZ) on every platform it runs.
-    Some(Duration::from_millis(ticks * 10))
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
@@ -107,14 +97,14 @@ fn main() {
 /// The store `url` names, on `table`, and the database's name.
 async fn open(url: &str, table: &str) -> (Arc<dyn LeaseStore>, &'static str) {
     if let Some(path) = url.strip_prefix("sqlite://") {
-        let store = lease_sqlite::SqliteStore::builder()
+        let store = dblease::sqlite::SqliteStore::builder()
             .path(path)
             .table(table)
             .open()
             .unwrap();
         (Arc::new(store), "SQLite")
     } else if url.starts_with("postgres") {
-        let store = lease_postgres::PostgresStore::builder(url)
+        let store = dblease::postgres::PostgresStore::builder(url)
             .unwrap()
             .with_table(table)
             .connect()
@@ -122,7 +112,7 @@ async fn open(url: &str, table: &str) -> (Arc<dyn LeaseStore>, &'static str) {
             .unwrap();
         (Arc::new(store), "PostgreSQL")
     } else {
-        let store = lease_mysql::MySqlStore::builder()
+        let store = dblease::mysql::MySqlStore::builder()
             .with_table(table)
             .connect(url)
             .await
@@ -160,9 +150,9 @@ async fn bench(url: Option<String>, jobs: usize, seconds: u64) {
     // Let the start-up settle (catch-up reads, the first sweep).
     tokio::time::sleep(Duration::from_secs(2)).await;
     delays.lock().unwrap().clear();
-    let (cpu0, t0) = (cpu(), std::time::Instant::now());
+    let (cpu0, t0) = (cpu_time(None).ok(), std::time::Instant::now());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let (cpu1, elapsed) = (cpu(), t0.elapsed());
+    let (cpu1, elapsed) = (cpu_time(None).ok(), t0.elapsed());
     let mut late = std::mem::take(&mut *delays.lock().unwrap());
     shutdown.cancel();
     run.await.unwrap().unwrap();
@@ -198,7 +188,7 @@ async fn bench(url: Option<String>, jobs: usize, seconds: u64) {
 
 async fn drop_table(url: &str, table: &str) {
     if url.starts_with("postgres") {
-        let store = lease_postgres::PostgresStore::builder(url)
+        let store = dblease::postgres::PostgresStore::builder(url)
             .unwrap()
             .with_table(table)
             .connect()
@@ -210,8 +200,8 @@ async fn drop_table(url: &str, table: &str) {
             .await
             .unwrap();
     } else {
-        use mysql_async::prelude::Queryable as _;
-        let store = lease_mysql::MySqlStore::builder()
+        use dblease::mysql::mysql_async::prelude::Queryable as _;
+        let store = dblease::mysql::MySqlStore::builder()
             .with_table(table)
             .connect(url)
             .await

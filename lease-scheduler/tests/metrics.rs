@@ -1,0 +1,311 @@
+//! The scheduler's metrics (`lease_scheduler::metrics`), recorded on paused
+//! Tokio time against the in-memory store of the paused tests, with a
+//! recorder that keeps every value (the one of `lease_core::metrics`'s own
+//! tests, copied: it is not public there).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly"
+)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{T0, TestStore, secs};
+use lease_core::{CancellationToken, Leases};
+use lease_scheduler::metrics::names;
+use lease_scheduler::{Error, Job, JobResult, Round, Scheduler};
+use metrics::{
+    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
+use tokio::task::JoinHandle;
+use tokio::time::sleep;
+
+#[derive(Default)]
+struct Samples(Mutex<Vec<f64>>);
+
+impl HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        self.0.lock().unwrap().push(value);
+    }
+}
+
+/// Every counter, gauge and histogram recorded, by key.
+#[derive(Default, Clone)]
+struct Recorded {
+    counters: Arc<Mutex<HashMap<Key, Arc<AtomicU64>>>>,
+    gauges: Arc<Mutex<HashMap<Key, Arc<AtomicU64>>>>,
+    histograms: Arc<Mutex<HashMap<Key, Arc<Samples>>>>,
+}
+
+fn matches(key: &Key, name: &str, labels: &[(&str, &str)]) -> bool {
+    key.name() == name
+        && labels
+            .iter()
+            .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
+}
+
+impl Recorded {
+    /// The sum of the counters named `name` with these labels (and any others).
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        let counters = self.counters.lock().unwrap();
+        counters
+            .iter()
+            .filter(|(k, _)| matches(k, name, labels))
+            .map(|(_, v)| v.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// The gauge named `name`.
+    fn gauge(&self, name: &str) -> Option<f64> {
+        let gauges = self.gauges.lock().unwrap();
+        gauges
+            .iter()
+            .find(|(k, _)| k.name() == name)
+            .map(|(_, v)| f64::from_bits(v.load(Ordering::SeqCst)))
+    }
+
+    /// The samples of the histogram named `name`.
+    fn histogram(&self, name: &str) -> Vec<f64> {
+        let histograms = self.histograms.lock().unwrap();
+        histograms
+            .iter()
+            .filter(|(k, _)| k.name() == name)
+            .flat_map(|(_, v)| v.0.lock().unwrap().clone())
+            .collect()
+    }
+
+    /// The label names every scheduler metric was recorded with.
+    fn label_names(&self) -> Vec<String> {
+        let counters = self.counters.lock().unwrap();
+        let mut names: Vec<String> = counters
+            .keys()
+            .filter(|k| k.name().starts_with("lease_scheduler_"))
+            .flat_map(|k| k.labels().map(|l| l.key().to_owned()).collect::<Vec<_>>())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+impl Recorder for Recorded {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let mut counters = self.counters.lock().unwrap();
+        Counter::from_arc(counters.entry(key.clone()).or_default().clone())
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        let mut gauges = self.gauges.lock().unwrap();
+        Gauge::from_arc(gauges.entry(key.clone()).or_default().clone())
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let mut histograms = self.histograms.lock().unwrap();
+        Histogram::from_arc(histograms.entry(key.clone()).or_default().clone())
+    }
+}
+
+const NAME: &str = "cron:tick";
+
+struct Running {
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), Error>>,
+}
+
+impl Running {
+    async fn stop(self) -> Result<(), Error> {
+        self.shutdown.cancel();
+        self.task.await.unwrap()
+    }
+}
+
+fn start(scheduler: Scheduler) -> Running {
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move { scheduler.run(&token, secs(30)).await });
+    Running { shutdown, task }
+}
+
+/// Sleeps until the store's clock reads `T0 + at_ms`.
+async fn until(store: &TestStore, at_ms: i64) {
+    let left = T0 + at_ms - store.now();
+    sleep(Duration::from_millis(u64::try_from(left).unwrap())).await;
+}
+
+fn leases(store: &TestStore) -> Leases {
+    Leases::new(store.clone()).with_instance("a")
+}
+
+async fn until_cancelled(round: Round) -> JobResult {
+    round.cancelled().await;
+    round.check()?;
+    Ok(())
+}
+
+fn scheduled(outcome: &'static str) -> [(&'static str, &'static str); 2] {
+    [("round", "scheduled"), ("outcome", outcome)]
+}
+
+// The paused tests run every task on the test's one thread, so a recorder
+// installed as this thread's default sees everything the scheduler records.
+
+#[tokio::test(start_paused = true)]
+async fn rounds_overruns_delays_and_sweeps_are_counted() {
+    let rec = Recorded::default();
+    let _recorder = metrics::set_default_local_recorder(&rec);
+    let store = TestStore::new();
+    let first = Arc::new(AtomicBool::new(true));
+    let scheduler = Scheduler::builder(leases(&store))
+        // 10 s runs until 35 s: 20 s and 30 s are skipped; 40 s runs.
+        .job(Job::new("tick", "@every 10s", move |_round| {
+            let long = first.swap(false, Ordering::SeqCst);
+            async move {
+                if long {
+                    sleep(secs(25)).await;
+                }
+                Ok(())
+            }
+        }))
+        // Fails at 10, 20, 30 and 40 s, on this replica alone.
+        .job(
+            Job::new("local", "@every 10s", |_round| async {
+                Err("no luck".into())
+            })
+            .per_instance(),
+        )
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler);
+    until(&store, 21_000).await;
+    assert_eq!(rec.gauge(names::RUNNING), Some(1.0), "tick's long round");
+    until(&store, 45_000).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(rec.counter(names::ROUNDS, &scheduled("ran")), 2);
+    assert_eq!(rec.counter(names::CLAIMS, &scheduled("claimed")), 2);
+    assert_eq!(rec.counter(names::CLAIMS, &scheduled("skipped")), 0);
+    assert_eq!(rec.counter(names::OVERRUN_SKIPPED, &[]), 2);
+    assert_eq!(
+        rec.counter(
+            names::ROUNDS,
+            &[("round", "per_instance"), ("outcome", "failed")]
+        ),
+        4
+    );
+    let delays = rec.histogram(names::START_DELAY);
+    assert_eq!(delays.len(), 6, "two scheduled rounds, four per-instance");
+    assert!(delays.iter().all(|&d| d < 0.1), "on time: {delays:?}");
+    let durations = rec.histogram(names::ROUND_DURATION);
+    assert_eq!(durations.len(), 6);
+    assert!(durations.iter().any(|&d| d >= 25.0), "{durations:?}");
+    // At 1 s as it starts, then every 15-16 s: 16-17 s and 31-34 s.
+    assert!(rec.counter(names::SWEEPS, &[("outcome", "ok")]) >= 3);
+    assert_eq!(rec.gauge(names::RUNNING), Some(0.0));
+    assert_eq!(
+        rec.label_names(),
+        ["outcome", "round"],
+        "never the job's name"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cut_short_reruns_and_superseded_rounds_are_counted() {
+    let rec = Recorded::default();
+    let _recorder = metrics::set_default_local_recorder(&rec);
+    let store = TestStore::new();
+    let calls = Arc::new(AtomicU32::new(0));
+    // The first round (60 s) waits for its context, which ends when its
+    // lease is found gone at the first renewal; its rerun ends at once.
+    let scheduler = Scheduler::builder(leases(&store))
+        .job(Job::new("tick", "@every 1m", move |round: Round| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    until_cancelled(round).await?;
+                }
+                Ok(())
+            }
+        }))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    store.lose(NAME);
+    let running = start(scheduler);
+    until(&store, 63_000).await;
+    store.unlose(NAME);
+    assert_eq!(rec.counter(names::ROUNDS, &scheduled("cut_short")), 1);
+    // Expired at 75 s; a sweep by 97 s runs it again.
+    until(&store, 100_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        rec.counter(names::CLAIMS, &[("round", "rerun"), ("outcome", "claimed")]),
+        1
+    );
+    assert_eq!(
+        rec.counter(names::ROUNDS, &[("round", "rerun"), ("outcome", "ran")]),
+        1
+    );
+    assert_eq!(rec.counter(names::SUPERSEDED, &[]), 0);
+    assert_eq!(
+        rec.histogram(names::START_DELAY).len(),
+        1,
+        "only the scheduled round: a rerun is late by design"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_and_superseding_claims_are_counted() {
+    let rec = Recorded::default();
+    let _recorder = metrics::set_default_local_recorder(&rec);
+    let store = TestStore::new();
+    let scheduler = Scheduler::builder(leases(&store))
+        .job(Job::new("tick", "@every 10s", until_cancelled))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    store.lose(NAME);
+    let running = start(scheduler);
+    until(&store, 13_000).await;
+    store.unlose(NAME);
+    // 10 s: lost at 12 s, its lease expires at 25 s; 20 s: refused (held);
+    // 30 s: claimed, giving 10 s up before a sweep could rerun it; cut short
+    // by the shutdown at 31 s.
+    until(&store, 31_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(rec.counter(names::CLAIMS, &scheduled("claimed")), 2);
+    assert_eq!(rec.counter(names::CLAIMS, &scheduled("skipped")), 1);
+    assert_eq!(rec.counter(names::SUPERSEDED, &[]), 1);
+    assert_eq!(rec.counter(names::ROUNDS, &scheduled("cut_short")), 2);
+    assert_eq!(rec.counter(names::ROUNDS, &scheduled("ran")), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instant_given_up_after_database_errors_is_counted() {
+    let rec = Recorded::default();
+    let _recorder = metrics::set_default_local_recorder(&rec);
+    let store = TestStore::new();
+    let scheduler = Scheduler::builder(leases(&store))
+        .job(Job::new("tick", "@every 10s", |_round| async { Ok(()) }))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    // Attempts at 10, 12, 14, 16 and 18 s fail; 10 s is given up, 20 s runs.
+    store.fail_claims(5);
+    let running = start(scheduler);
+    until(&store, 25_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(rec.counter(names::CLAIMS, &scheduled("gave_up")), 1);
+    assert_eq!(rec.counter(names::CLAIMS, &scheduled("claimed")), 1);
+    assert_eq!(rec.counter(names::ROUNDS, &scheduled("ran")), 1);
+}
