@@ -5,7 +5,7 @@ use std::time::Duration;
 /// What can go wrong building a [`MySqlStore`](crate::MySqlStore), or in a
 /// statement. A guarded transaction fails with
 /// [`GuardError`](lease_core::GuardError), whose `Database` variant carries
-/// a [`MySqlError::Database`].
+/// the driver's error.
 ///
 /// No variant carries the connection URL or the driver's options: the
 /// password never reaches `Debug`, `Display` or a log line. The driver's

@@ -645,7 +645,7 @@ impl MySqlStore {
     /// [`GuardError::Lost`] when the verification finds the lease gone (or
     /// `ctx` ends with a loss before the commit); [`GuardError::Ended`] when
     /// `ctx` ends otherwise before the commit; [`GuardError::Database`]
-    /// (its source a [`MySqlError::Database`]) when a statement of the guard
+    /// (its source the driver's `mysql_async::Error`) when a statement of the guard
     /// fails; [`GuardError::Work`] with what `work` returned.
     ///
     /// # Cancel safety
@@ -788,12 +788,11 @@ impl MySqlStore {
         }
     }
 
-    /// A failed statement of the guard: a [`MySqlError::Database`],
-    /// classified as the store classifies its own errors.
+    /// A failed statement of the guard: the driver's error, classified as
+    /// the store classifies its own errors.
     fn db_error<E>(&self, name: &str, err: mysql_async::Error) -> GuardError<E> {
-        let source = MySqlError::Database(err);
-        let kind = crate::error::classify(&source);
-        GuardError::database(name, kind, source)
+        let kind = crate::error::classify(&err);
+        GuardError::database(name, kind, err)
     }
 
     /// The guard statement, for running the fence by hand in a transaction
