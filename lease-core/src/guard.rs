@@ -81,6 +81,7 @@
 //! it by hand (`store.guard_statement()` on each backend): diesel, sqlx or
 //! a raw driver runs it as the first statement of its own transaction.
 
+use std::convert::Infallible;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
@@ -165,6 +166,38 @@ impl<E> GuardError<E> {
         match self {
             GuardError::Work(e) => Some(e),
             _ => None,
+        }
+    }
+
+    /// The same error with the work's error mapped by `f`.
+    pub fn map_work<F>(self, f: impl FnOnce(E) -> F) -> GuardError<F> {
+        match self {
+            GuardError::Lost(e) => GuardError::Lost(e),
+            GuardError::Ended { name, cause } => GuardError::Ended { name, cause },
+            GuardError::Database { name, kind, source } => {
+                GuardError::Database { name, kind, source }
+            }
+            GuardError::Work(e) => GuardError::Work(f(e)),
+        }
+    }
+
+    /// A boxed error: the work's own error as it is, any other as a
+    /// `GuardError`. For `?` in a function returning [`BoxError`], when the
+    /// work's error is itself boxed (`Box<dyn Error>` is not an `Error`, so
+    /// `GuardError<BoxError>` is not one either).
+    pub fn into_boxed(self) -> BoxError
+    where
+        E: Into<BoxError>,
+    {
+        match self {
+            GuardError::Work(e) => e.into(),
+            GuardError::Lost(e) => Box::new(GuardError::<Infallible>::Lost(e)),
+            GuardError::Ended { name, cause } => {
+                Box::new(GuardError::<Infallible>::Ended { name, cause })
+            }
+            GuardError::Database { name, kind, source } => {
+                Box::new(GuardError::<Infallible>::Database { name, kind, source })
+            }
         }
     }
 
@@ -307,4 +340,28 @@ pub struct GuardParams<'h> {
     pub holder: &'h str,
     /// The third: the term.
     pub term: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boxed_keeps_the_works_error_and_the_kind() {
+        let work: GuardError<BoxError> = GuardError::Work("refused".into());
+        assert_eq!(work.into_boxed().to_string(), "refused");
+        let lost: GuardError<BoxError> = GuardError::not_holder("job");
+        let boxed = lost.into_boxed();
+        let back = boxed
+            .downcast_ref::<GuardError<Infallible>>()
+            .expect("a GuardError");
+        assert!(back.is_lost());
+        let db: GuardError<std::io::Error> =
+            GuardError::database("job", DbErrorKind::Conflict, "lock wait");
+        assert!(db.is_retryable());
+        assert!(db.to_string().contains("\"job\""), "{db}");
+        let other: GuardError<std::io::Error> =
+            GuardError::database("job", DbErrorKind::MissingTable, "no table");
+        assert!(!other.is_retryable());
+    }
 }
