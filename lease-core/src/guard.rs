@@ -50,26 +50,75 @@
 //!
 //! # What fencing covers, and what it does not
 //!
-//! Fencing holds against every claim made by this project's stores, and by
-//! anyone who takes a lock that conflicts with the guard's:
+//! A successor's claim waits for a guarded transaction only if the claim
+//! takes a lock that conflicts with the guard's. Every claim of this
+//! project's stores does; a foreign client writing the lease table by hand
+//! may not. The statements, with the default table `gst_leases`:
 //!
-//! - **PostgreSQL.** The guard holds `FOR KEY SHARE`. It conflicts only with
-//!   `FOR UPDATE` (and `DELETE`, or an `UPDATE` of a key column). Every claim
-//!   of `lease-postgres` takes `FOR UPDATE`, so it waits. A foreign client
-//!   that takes the name with a plain
-//!   `UPDATE gst_leases SET holder = $2, term = term + 1, expires_at_ms = ... WHERE name = $1`
-//!   changes no key column, so it takes only `FOR NO KEY UPDATE`, which does
-//!   **not** conflict with `FOR KEY SHARE`: it is **not fenced**, and a stale
-//!   holder's transaction can commit after it. Such a client must lock the
-//!   row first (`SELECT ... FOR UPDATE`) or use this project's claim.
-//! - **MariaDB / MySQL.** The shared record lock conflicts with every write
-//!   to the row, plain `UPDATE` included: every claimant waits.
-//! - **SQLite.** The write lock is database-wide: every writer waits, on this
-//!   table or any other.
+//! **PostgreSQL.** The guard (its session setting left out):
+//!
+//! ```sql
+//! SELECT l.term FROM gst_leases AS l
+//!  WHERE l.name = $1 AND l.holder = $2 AND l.term = $3 AND l.expires_at_ms > <now>
+//!    FOR KEY SHARE OF l
+//! ```
+//!
+//! `lease-postgres`'s claim of an existing name locks it first:
+//!
+//! ```sql
+//! SELECT l.term FROM gst_leases AS l WHERE l.name = $1 AND l.expires_at_ms <= <now>
+//!    FOR UPDATE OF l            -- then UPDATE ... SET holder, term = term + 1, ...
+//! ```
+//!
+//! `FOR UPDATE` conflicts with `FOR KEY SHARE`: the claim waits. (A claim
+//! made before the lease has run out by the database clock matches no row,
+//! takes no lock and is refused at once: nothing to fence.) Its instant
+//! claims and claims of a rerun lock the same way. The holder's renewal,
+//! `UPDATE gst_leases SET expires_at_ms = ... WHERE name = $1 AND holder =
+//! $2 AND ...`, changes no key column, so it takes `FOR NO KEY UPDATE`,
+//! which does not conflict with `FOR KEY SHARE`: the holder's own guarded
+//! transaction never holds up its renewals. For the same reason **a
+//! foreign client is not fenced** when it takes a name with a plain
+//!
+//! ```sql
+//! UPDATE gst_leases SET holder = $2, term = term + 1, expires_at_ms = <now> + $3
+//!  WHERE name = $1 AND expires_at_ms <= <now>
+//! ```
+//!
+//! or with `INSERT ... ON CONFLICT (name) DO UPDATE SET holder = ..., term
+//! = ...`: neither changes a key column, so neither waits for the guard, and
+//! a stale holder's transaction can commit after such a claim. Such a client
+//! must lock the row first (`SELECT ... FOR UPDATE`), or claim through this
+//! project. (`lease-postgres`'s test
+//! `a_plain_upsert_would_pass_a_key_share_lock` shows it.)
+//!
+//! **MariaDB / MySQL.** The guard:
+//!
+//! ```sql
+//! SELECT term FROM gst_leases
+//!  WHERE name = ? AND holder = ? AND term = ? AND expires_at_ms > <now>
+//!  LOCK IN SHARE MODE
+//! ```
+//!
+//! The shared record lock conflicts with the exclusive lock of every write
+//! to the row: `lease-mysql`'s claim (`INSERT ... ON DUPLICATE KEY UPDATE`),
+//! a foreign plain `UPDATE`, and the holder's own renewals all wait.
+//!
+//! **SQLite.** The native guard opens the transaction with `BEGIN
+//! IMMEDIATE`, the file's write lock, then verifies; the guard for other
+//! drivers is a write that changes nothing, which takes the same lock:
+//!
+//! ```sql
+//! UPDATE gst_leases SET term = term
+//!  WHERE name = ?1 AND holder = ?2 AND term = ?3 AND expires_at_ms > <now>
+//!  RETURNING term
+//! ```
+//!
+//! Every writer of the file waits, on this table or any other.
 //!
 //! What no fence covers: effects outside the database (a message sent, a
 //! file written) and writes made outside the guarded transaction; a holder
-//! that commits before its lease runs out and does more afterwards; and a
+//! that commits before its lease runs out and does more afterwards; a
 //! claimant on another table or database. A successor waits at most its own
 //! lock-wait bound (the store's statement timeout, `innodb_lock_wait_timeout`,
 //! the busy timeout) and then fails its claim and retries later: the fence
