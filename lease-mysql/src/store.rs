@@ -799,8 +799,8 @@ impl MySqlStore {
     /// of another driver: see [`GuardStatement`] and [`lease_core::guard`].
     ///
     /// Open the transaction with `START TRANSACTION`, then run `SELECT term
-    /// FROM <table> WHERE name = ? AND holder = ? AND term = ? AND
-    /// expires_at_ms > <the server's clock in ms> LOCK IN SHARE MODE` as its
+    /// FROM {table} WHERE name = ? AND holder = ? AND term = ? AND
+    /// expires_at_ms > {now_ms} LOCK IN SHARE MODE` as its
     /// first statement: one row, the lease is still the handle's. The shared
     /// record lock makes every write to the row wait until the transaction
     /// ends, the holder's own renewals included: keep the transaction

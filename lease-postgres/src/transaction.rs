@@ -201,9 +201,9 @@ impl PostgresStore {
     /// of another driver: see [`GuardStatement`] and [`lease_core::guard`].
     ///
     /// Open the transaction with `BEGIN` (any isolation level), then run
-    /// `SELECT l.term FROM <table> AS l WHERE l.name = $1::text AND
+    /// `SELECT l.term FROM {table} AS l WHERE l.name = $1::text AND
     /// l.holder = $2::text AND l.term = $3::bigint AND l.expires_at_ms >
-    /// <clock_timestamp() in ms> FOR KEY SHARE OF l` as its first statement:
+    /// {now_ms} FOR KEY SHARE OF l` as its first statement:
     /// one row, the lease is still the handle's. The row's `FOR KEY SHARE`
     /// lock makes this crate's claims (which take `FOR UPDATE`) wait until
     /// the transaction ends, and leaves the holder's renewals free. Unlike

@@ -417,8 +417,8 @@ impl SqliteStore {
     /// [`lease_core::guard`].
     ///
     /// Open the transaction with `BEGIN IMMEDIATE`, then run `UPDATE
-    /// <table> SET term = term WHERE name = ?1 AND holder = ?2 AND term = ?3
-    /// AND expires_at_ms > <now in ms> RETURNING term` as its first
+    /// {table} SET term = term WHERE name = ?1 AND holder = ?2 AND term = ?3
+    /// AND expires_at_ms > {now_ms} RETURNING term` as its first
     /// statement: one row, the lease is still the handle's. It writes
     /// nothing, but as a write it takes the file's write lock even in a
     /// deferred `BEGIN`, so every other writer (a successor's claim
