@@ -361,3 +361,176 @@ async fn mariadb_fenced_write() {
         guard_by_hand(&url, "mariadb").await;
     }
 }
+
+/// The work of a stale holder: verified, it says so on `started`, stalls
+/// (busy on the server, not idle) for `stall_ms`, then writes its term.
+async fn stalled_write(
+    backend: &Backend,
+    ctx: &LeaseContext,
+    table: &str,
+    stall_ms: u64,
+    started: tokio::sync::oneshot::Sender<()>,
+) -> Result<(), GuardError<BoxError>> {
+    let term = i64::try_from(ctx.term()).unwrap();
+    let secs = Duration::from_millis(stall_ms).as_secs_f64();
+    match backend {
+        #[cfg(feature = "sqlite")]
+        Backend::Sqlite(store) => {
+            let insert = format!("INSERT INTO {table} (term) VALUES (?1)");
+            store
+                .transaction(ctx, move |tx| {
+                    let _ = started.send(());
+                    std::thread::sleep(Duration::from_millis(stall_ms));
+                    tx.execute(&insert, [term])?;
+                    Ok::<_, BoxError>(())
+                })
+                .await
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(store) => {
+            let insert = format!("INSERT INTO {table} (term) VALUES ($1)");
+            store
+                .transaction(ctx, move |tx| {
+                    Box::pin(async move {
+                        let _ = started.send(());
+                        tx.execute("SELECT pg_sleep($1)", &[&secs]).await?;
+                        tx.execute(&insert, &[&term]).await?;
+                        Ok::<_, BoxError>(())
+                    })
+                })
+                .await
+        }
+        #[cfg(feature = "mysql")]
+        Backend::MySql(store) => {
+            use dblease::mysql::mysql_async::prelude::Queryable;
+            let insert = format!("INSERT INTO {table} (term) VALUES (?)");
+            store
+                .transaction(ctx, move |tx| {
+                    Box::pin(async move {
+                        let _ = started.send(());
+                        tx.exec_drop("DO SLEEP(?)", (secs,)).await?;
+                        tx.exec_drop(&insert, (term,)).await?;
+                        Ok::<_, BoxError>(())
+                    })
+                })
+                .await
+        }
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("a backend this build has"),
+    }
+}
+
+/// A stale holder's guarded transaction, stalled past its lease, never
+/// commits after its successor's claim: 20 trials. In each, the successor
+/// (another store on the same database) claims once the lease has run out
+/// by the database clock, while the stale transaction stalls; the claim
+/// waits for it, wins with the next term, and by the time it returns the
+/// stale write is either there already or never comes.
+async fn no_stale_commit(url: &str, tag: &str) {
+    const TRIALS: usize = 20;
+    let backend = dblease::connect_backend(url).await.unwrap();
+    let rival = dblease::connect_backend(url).await.unwrap();
+    let leases = backend.leases().with_timings(short());
+    let rivals = rival.leases().with_timings(short());
+    leases.migrate().await.unwrap();
+    let table = unique(&format!("stale_{tag}"));
+    let sql = sql_for(&backend, &table);
+    // Setup, reads and cleanup under leases of the default timings.
+    let plain = backend.leases();
+    let setup = plain
+        .claim(&format!("lock:{table}"))
+        .await
+        .unwrap()
+        .unwrap();
+    let setup_ctx = LeaseContext::new(setup.clone(), CancellationToken::new());
+    guarded(&backend, &setup_ctx, &sql.create, None, false)
+        .await
+        .unwrap();
+    setup.release().await.unwrap();
+    let count_term =
+        |term: u64| format!("SELECT count(*) FROM {table} WHERE term = {term} AND id > 0");
+
+    let mut stale_commits = 0;
+    for trial in 0..TRIALS {
+        let name = format!("lock:{table}:{trial}");
+        let stale = leases.claim(&name).await.unwrap().expect("a new name");
+        let ctx = LeaseContext::new(stale.clone(), CancellationToken::new());
+        let (started, work_started) = tokio::sync::oneshot::channel();
+        let tx = {
+            let (backend, ctx, table) = (backend.clone(), ctx.clone(), table.clone());
+            // Stalls well past the 800 ms lease and the rival's claim.
+            tokio::spawn(async move { stalled_write(&backend, &ctx, &table, 1_400, started).await })
+        };
+        work_started.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_000)).await; // past the lease
+        let successor = rivals
+            .claim(&name)
+            .await
+            .unwrap()
+            .expect("the successor claims once the stale transaction ended");
+        assert_eq!(successor.term(), stale.term() + 1, "{tag}: trial {trial}");
+        let read = plain
+            .claim(&format!("lock:{table}:read:{trial}"))
+            .await
+            .unwrap()
+            .unwrap();
+        let reader = LeaseContext::new(read.clone(), CancellationToken::new());
+        let seen_at_claim = guarded(&backend, &reader, &count_term(stale.term()), None, true)
+            .await
+            .unwrap();
+        let outcome = tx.await.unwrap();
+        let seen_after = guarded(&backend, &reader, &count_term(stale.term()), None, true)
+            .await
+            .unwrap();
+        if seen_after > seen_at_claim {
+            stale_commits += 1;
+        }
+        // Each trial's stale row is told apart by deleting it.
+        if outcome.is_ok() {
+            let clear = format!("DELETE FROM {table} WHERE id > 0");
+            guarded(&backend, &reader, &clear, None, false)
+                .await
+                .unwrap();
+        }
+        successor.release().await.unwrap();
+        read.release().await.unwrap();
+    }
+    let setup = plain
+        .claim(&format!("lock:{table}:drop"))
+        .await
+        .unwrap()
+        .unwrap();
+    let setup_ctx = LeaseContext::new(setup.clone(), CancellationToken::new());
+    assert_eq!(
+        stale_commits, 0,
+        "{tag}: stale commits after the successor's claim"
+    );
+    guarded(&backend, &setup_ctx, &sql.drop, None, false)
+        .await
+        .unwrap();
+    setup.release().await.unwrap();
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_no_stale_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+    no_stale_commit(&url, "sqlite").await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_no_stale_commit() {
+    if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
+        no_stale_commit(&url, "postgres").await;
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_no_stale_commit() {
+    if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
+        no_stale_commit(&url, "mariadb").await;
+    }
+}
