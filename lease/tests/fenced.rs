@@ -372,7 +372,6 @@ async fn stalled_write(
     started: tokio::sync::oneshot::Sender<()>,
 ) -> Result<(), GuardError<BoxError>> {
     let term = i64::try_from(ctx.term()).unwrap();
-    let secs = Duration::from_millis(stall_ms).as_secs_f64();
     match backend {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite(store) => {
@@ -389,6 +388,7 @@ async fn stalled_write(
         #[cfg(feature = "postgres")]
         Backend::Postgres(store) => {
             let insert = format!("INSERT INTO {table} (term) VALUES ($1)");
+            let secs = Duration::from_millis(stall_ms).as_secs_f64();
             store
                 .transaction(ctx, move |tx| {
                     Box::pin(async move {
@@ -404,6 +404,7 @@ async fn stalled_write(
         Backend::MySql(store) => {
             use dblease::mysql::mysql_async::prelude::Queryable;
             let insert = format!("INSERT INTO {table} (term) VALUES (?)");
+            let secs = Duration::from_millis(stall_ms).as_secs_f64();
             store
                 .transaction(ctx, move |tx| {
                     Box::pin(async move {
