@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use lease_core::EndCause;
-
-/// What can go wrong building a [`MySqlStore`](crate::MySqlStore) or running a
-/// guarded transaction.
+/// What can go wrong building a [`MySqlStore`](crate::MySqlStore), or in a
+/// statement. A guarded transaction fails with
+/// [`GuardError`](lease_core::GuardError), whose `Database` variant carries
+/// the driver's error.
 ///
 /// No variant carries the connection URL or the driver's options: the
 /// password never reaches `Debug`, `Display` or a log line. The driver's
@@ -105,52 +105,12 @@ pub enum MySqlError {
         reason: String,
     },
 
-    /// The guarded transaction's verification found the lease no longer
-    /// this holder's: not one statement of the work ran.
-    #[error("lease {name:?} lost: the guarded transaction was refused before its first statement")]
-    Lost {
-        /// The lease's name.
-        name: String,
-    },
-
-    /// The lease context ended (the lease was lost, the parent was
-    /// cancelled, or the renewals stopped) before the guarded transaction
-    /// committed: it was rolled back.
-    #[error("lease {name:?} context ended before commit ({}): the transaction was rolled back", DisplayCause(*cause))]
-    Ended {
-        /// The lease's name.
-        name: String,
-        /// Why the context ended, when it says.
-        cause: Option<EndCause>,
-    },
-
     /// A statement failed: the server did not answer, or refused it.
     #[error("a MySQL statement failed")]
     Database(#[from] mysql_async::Error),
 }
 
-struct DisplayCause(Option<EndCause>);
-
-impl std::fmt::Display for DisplayCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(cause) => write!(f, "{cause}"),
-            None => f.write_str("cancelled"),
-        }
-    }
-}
-
 impl MySqlError {
-    /// Whether the lease is lost: the work under it must stop.
-    #[must_use]
-    pub fn is_lost(&self) -> bool {
-        match self {
-            MySqlError::Lost { .. } => true,
-            MySqlError::Ended { cause, .. } => matches!(cause, Some(EndCause::Lost(_))),
-            _ => false,
-        }
-    }
-
     /// Whether trying again later may succeed: the server could not be
     /// reached or did not answer (a lock wait or deadlock included).
     #[must_use]
@@ -219,28 +179,6 @@ fn retryable(err: &mysql_async::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lease_core::LostCause;
-
-    #[test]
-    fn lost_and_ended_by_loss_are_lost() {
-        assert!(MySqlError::Lost { name: "n".into() }.is_lost());
-        let ended = MySqlError::Ended {
-            name: "n".into(),
-            cause: Some(EndCause::Lost(LostCause::DeadlineExceeded)),
-        };
-        assert!(ended.is_lost());
-        assert!(
-            ended
-                .to_string()
-                .contains("no renewal within the local deadline"),
-            "{ended}"
-        );
-        let shutdown = MySqlError::Ended {
-            name: "n".into(),
-            cause: Some(EndCause::ParentCancelled),
-        };
-        assert!(!shutdown.is_lost());
-    }
 
     #[test]
     fn lock_waits_are_retryable_missing_tables_are_not() {

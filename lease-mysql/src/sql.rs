@@ -81,6 +81,15 @@ pub(crate) const VERIFY_LOCKED: &str = concat!(
     " LOCK IN SHARE MODE"
 );
 
+/// The guard for other drivers (`MySqlStore::guard_statement`): positional
+/// `? name, ? holder, ? term` -> `term`, no row when lost; the same lock as
+/// [`VERIFY_LOCKED`].
+pub(crate) const GUARD: &str = concat!(
+    "SELECT term FROM {table} WHERE name = ? AND holder = ? AND term = ? AND expires_at_ms > ",
+    now_ms!(),
+    " LOCK IN SHARE MODE"
+);
+
 /// Release: `LAST_INSERT_ID(term)` reports the match.
 pub(crate) const RELEASE: &str = "UPDATE {table} SET expires_at_ms = 0, term = LAST_INSERT_ID(term) \
      WHERE name = :name AND holder = :holder";
@@ -195,6 +204,7 @@ pub(crate) struct Statements {
     pub(crate) renew: String,
     pub(crate) verify: String,
     pub(crate) verify_locked: String,
+    pub(crate) guard: String,
     pub(crate) release: String,
     pub(crate) slot_read: String,
     pub(crate) slot_update: String,
@@ -218,6 +228,7 @@ impl Statements {
             renew: r(RENEW),
             verify: r(VERIFY),
             verify_locked: r(VERIFY_LOCKED),
+            guard: r(GUARD),
             release: r(RELEASE),
             slot_read: r(SLOT_READ),
             slot_update: r(SLOT_UPDATE),

@@ -1,15 +1,14 @@
 //! `MySqlStore`: the protocol's statements on mysql_async's pool.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+pub use lease_core::BoxFuture;
 use lease_core::{
-    BoxError, Finished, LeaseContext, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
-    UnfinishedRow,
+    BoxError, Finished, GuardError, GuardStatement, LeaseContext, LeaseInfo, LeaseStore, SlotClaim,
+    SupersededSlot, UnfinishedRow,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{
@@ -21,10 +20,6 @@ use crate::error::MySqlError;
 use crate::pool::MySqlPool;
 use crate::schema::{self, DEFAULT_TABLE, Found, TableName};
 use crate::sql::{self, Statements};
-
-/// A boxed, `Send` future: what the work of a
-/// [guarded transaction](MySqlStore::transaction) returns.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The most names one search for unfinished instants binds; more are
 /// searched in several statements.
@@ -389,14 +384,6 @@ pub(crate) fn supported_version(version: &str) -> bool {
     }
 }
 
-/// The error of a guarded transaction whose context ended.
-fn ended(ctx: &LeaseContext) -> MySqlError {
-    MySqlError::Ended {
-        name: ctx.handle().name().to_owned(),
-        cause: ctx.cause(),
-    }
-}
-
 /// Parses the URL, `mariadb://` read as `mysql://`.
 fn parse_url(url: &str) -> Result<Opts, MySqlError> {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -605,9 +592,13 @@ impl MySqlStore {
 
     /// Runs `work` in a transaction guarded by the lease `ctx` runs under.
     ///
+    /// This is the contract of [`lease_core::guard`], which every backend
+    /// keeps: the same error type, the same rollback rules.
+    ///
     /// The transaction's first statement verifies the lease and takes a
-    /// shared lock on its row (`SELECT term ... LOCK IN SHARE MODE`): when
-    /// the lease is no longer this holder's, the transaction is rolled back
+    /// shared lock on its row (`SELECT term ... LOCK IN SHARE MODE`), and the
+    /// term it reads is compared with the handle's: when the lease is no
+    /// longer this holder's at that term, the transaction is rolled back
     /// and not one statement of `work` runs. While the transaction is open,
     /// the lock makes every write to the lease row wait, so a successor's
     /// claim cannot take the name until the transaction has ended: a holder
@@ -625,11 +616,13 @@ impl MySqlStore {
     /// the commit is sent, `work` is dropped where it is and the transaction
     /// rolled back (its connection killed, if the rollback does not go
     /// through within a second). `work` commits nothing itself: returning
-    /// `Ok` commits, `Err` rolls back.
+    /// `Ok` commits, `Err` rolls back, and a panic rolls back (the
+    /// transaction is dropped, and the driver rolls it back as its
+    /// connection returns to the pool) and resumes on the caller.
     ///
     /// ```no_run
     /// # async fn example(store: lease_mysql::MySqlStore, ctx: lease_core::LeaseContext)
-    /// # -> Result<(), lease_mysql::MySqlError> {
+    /// # -> Result<(), lease_core::GuardError<lease_mysql::mysql_async::Error>> {
     /// use lease_mysql::mysql_async::prelude::Queryable;
     ///
     /// let term = ctx.term();
@@ -640,8 +633,7 @@ impl MySqlStore {
     ///                 "UPDATE reports SET done = 1, fenced_by = ? WHERE id = 7",
     ///                 (term,),
     ///             )
-    ///             .await?;
-    ///             Ok::<_, lease_mysql::MySqlError>(())
+    ///             .await
     ///         })
     ///     })
     ///     .await?;
@@ -650,10 +642,11 @@ impl MySqlStore {
     ///
     /// # Errors
     ///
-    /// [`MySqlError::Lost`] when the verification finds the lease gone;
-    /// [`MySqlError::Ended`] when `ctx` ends before the commit;
-    /// [`MySqlError::Database`] when a statement of the guard fails; and
-    /// whatever `work` returns. All reach the caller as `E`.
+    /// [`GuardError::Lost`] when the verification finds the lease gone (or
+    /// `ctx` ends with a loss before the commit); [`GuardError::Ended`] when
+    /// `ctx` ends otherwise before the commit; [`GuardError::Database`]
+    /// (its source the driver's `mysql_async::Error`) when a statement of the guard
+    /// fails; [`GuardError::Work`] with what `work` returned.
     ///
     /// # Cancel safety
     ///
@@ -662,24 +655,32 @@ impl MySqlStore {
     /// connection is broken, by the server when it closes). Dropped while
     /// the commit is in flight, the transaction may or may not have
     /// committed.
-    pub async fn transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    pub async fn transaction<T, E, F>(
+        &self,
+        ctx: &LeaseContext,
+        work: F,
+    ) -> Result<T, GuardError<E>>
     where
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
         T: Send,
-        E: From<MySqlError> + Send,
+        E: Send,
     {
         lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
     }
 
-    async fn guarded_transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    async fn guarded_transaction<T, E, F>(
+        &self,
+        ctx: &LeaseContext,
+        work: F,
+    ) -> Result<T, GuardError<E>>
     where
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
         T: Send,
-        E: From<MySqlError> + Send,
+        E: Send,
     {
         let name = ctx.handle().name();
         if ctx.is_cancelled() {
-            return Err(ended(ctx).into());
+            return Err(GuardError::ended(ctx));
         }
         let got = tokio::select! {
             biased;
@@ -687,8 +688,8 @@ impl MySqlStore {
             conn = self.inner.pool.get_conn() => Some(conn),
         };
         let mut conn: Conn = match got {
-            None => return Err(ended(ctx).into()),
-            Some(conn) => conn.map_err(MySqlError::from)?,
+            None => return Err(GuardError::ended(ctx)),
+            Some(conn) => conn.map_err(|e| self.db_error(name, e))?,
         };
         // The work may change the session: until the session setup has been
         // run again after it, the connection is reset as it returns to the
@@ -718,11 +719,11 @@ impl MySqlStore {
         conn: &mut Conn,
         ctx: &LeaseContext,
         work: F,
-    ) -> (Result<T, E>, bool)
+    ) -> (Result<T, GuardError<E>>, bool)
     where
         F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
         T: Send,
-        E: From<MySqlError> + Send,
+        E: Send,
     {
         let name = ctx.handle().name();
         let conn_id = conn.id();
@@ -745,9 +746,9 @@ impl MySqlStore {
             // Dropped mid-statement: the connection is not reused as it is.
             None => {
                 self.kill(conn_id).await;
-                return (Err(ended(ctx).into()), false);
+                return (Err(GuardError::ended(ctx)), false);
             }
-            Some(Err(err)) => return (Err(MySqlError::from(err).into()), false),
+            Some(Err(err)) => return (Err(self.db_error(name, err)), false),
             Some(Ok(begun)) => begun,
         };
         if term != Some(ctx.term()) {
@@ -757,10 +758,7 @@ impl MySqlStore {
                 term = ctx.term(),
                 "guarded transaction refused: lease lost"
             );
-            let lost = MySqlError::Lost {
-                name: name.to_owned(),
-            };
-            return (Err(lost.into()), false);
+            return (Err(GuardError::not_holder(name)), false);
         }
         let outcome = {
             let run = work(&mut tx);
@@ -773,21 +771,43 @@ impl MySqlStore {
         match outcome {
             None => {
                 self.abort(tx, conn_id).await;
-                (Err(ended(ctx).into()), false)
+                (Err(GuardError::ended(ctx)), false)
             }
             Some(Err(err)) => {
                 self.abort(tx, conn_id).await;
-                (Err(err), false)
+                (Err(GuardError::Work(err)), false)
             }
             Some(Ok(_)) if ctx.is_cancelled() => {
                 self.abort(tx, conn_id).await;
-                (Err(ended(ctx).into()), false)
+                (Err(GuardError::ended(ctx)), false)
             }
             Some(Ok(value)) => match tx.commit().await {
                 Ok(()) => (Ok(value), true),
-                Err(err) => (Err(MySqlError::from(err).into()), false),
+                Err(err) => (Err(self.db_error(name, err)), false),
             },
         }
+    }
+
+    /// A failed statement of the guard: the driver's error, classified as
+    /// the store classifies its own errors.
+    fn db_error<E>(&self, name: &str, err: mysql_async::Error) -> GuardError<E> {
+        let kind = crate::error::classify(&err);
+        GuardError::database(name, kind, err)
+    }
+
+    /// The guard statement, for running the fence by hand in a transaction
+    /// of another driver: see [`GuardStatement`] and [`lease_core::guard`].
+    ///
+    /// Open the transaction with `START TRANSACTION`, then run `SELECT term
+    /// FROM {table} WHERE name = ? AND holder = ? AND term = ? AND
+    /// expires_at_ms > {now_ms} LOCK IN SHARE MODE` as its
+    /// first statement: one row, the lease is still the handle's. The shared
+    /// record lock makes every write to the row wait until the transaction
+    /// ends, the holder's own renewals included: keep the transaction
+    /// shorter than the local deadline minus the renew interval.
+    #[must_use]
+    pub fn guard_statement(&self) -> GuardStatement {
+        GuardStatement::new("START TRANSACTION", self.inner.sql.guard.clone())
     }
 
     /// Rolls `tx` back; if that does not go through promptly (the work was

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lease_core::CancellationToken;
+use lease_core::GuardError;
 use lease_core::{EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore};
@@ -89,7 +90,10 @@ async fn a_lost_lease_refuses_the_transaction_before_its_first_statement() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, MySqlError::Lost { .. }), "{err:?}");
+    assert!(
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
+        "{err:?}"
+    );
     assert!(err.is_lost());
     assert!(!ran.load(Ordering::SeqCst), "the work must not even start");
     assert!(biz_rows(&store, table).await.is_empty());
@@ -117,7 +121,10 @@ async fn a_context_already_ended_refuses_the_transaction() {
         .transaction(&ctx, |_tx| Box::pin(async { Ok::<_, MySqlError>(()) }))
         .await
         .unwrap_err();
-    assert!(matches!(err, MySqlError::Ended { .. }), "{err:?}");
+    assert!(
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::DeadlineExceeded)),
+        "{err:?}"
+    );
     assert!(err.is_lost());
     teardown(&store, table).await;
 }
@@ -139,7 +146,10 @@ async fn work_that_fails_is_rolled_back() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, MySqlError::InvalidSetting(_)), "{err:?}");
+    assert!(
+        matches!(err, GuardError::Work(MySqlError::InvalidSetting(_))),
+        "{err:?}"
+    );
     assert!(biz_rows(&store, table).await.is_empty());
     teardown(&store, table).await;
 }
@@ -168,13 +178,7 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_between_statements
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            MySqlError::Ended {
-                cause: Some(EndCause::Lost(_)),
-                ..
-            }
-        ),
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
         "{err:?}"
     );
     assert!(biz_rows(&store, table).await.is_empty(), "rolled back");
@@ -210,7 +214,7 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_mid_statement() {
     assert!(
         matches!(
             err,
-            MySqlError::Ended {
+            GuardError::Ended {
                 cause: Some(EndCause::ParentCancelled),
                 ..
             }
@@ -234,7 +238,7 @@ fn hold_open(
     table: &str,
     locked: Arc<tokio::sync::Notify>,
     hold: Arc<tokio::sync::Notify>,
-) -> tokio::task::JoinHandle<Result<(), MySqlError>> {
+) -> tokio::task::JoinHandle<Result<(), GuardError<MySqlError>>> {
     let store = store.clone();
     let ctx = ctx.clone();
     let sql = format!("INSERT INTO {table}_biz VALUES (1, ?)");
@@ -418,5 +422,79 @@ async fn session_changes_made_by_the_work_do_not_outlive_the_transaction() {
                 .unwrap()
         );
     }
+    teardown(&store, table).await;
+}
+
+/// The verification compares the term: a row with the holder's token but
+/// another term does not verify, and the work never runs.
+#[tokio::test]
+async fn a_row_of_another_term_does_not_verify() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_term";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "term").await;
+    let mut conn = store.pool().get_conn().await.unwrap();
+    conn.query_drop(format!(
+        "UPDATE {table} SET term = term + 1 WHERE name = 'term'"
+    ))
+    .await
+    .unwrap();
+    drop(conn);
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+    let err = store
+        .transaction(&ctx, |tx| {
+            flag.store(true, Ordering::SeqCst);
+            Box::pin(async move { tx.query_drop(sql).await })
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
+        "{err:?}"
+    );
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the work ran under another term"
+    );
+    assert!(biz_rows(&store, table).await.is_empty());
+    teardown(&store, table).await;
+}
+
+/// A panic in the work rolls the transaction back and reaches the caller;
+/// the store works after it.
+#[tokio::test]
+async fn work_that_panics_is_rolled_back() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_panic";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "panic").await;
+    let panicked = {
+        let (store, ctx) = (store.clone(), ctx.clone());
+        let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, |tx| {
+                    Box::pin(async move {
+                        tx.query_drop(sql).await.unwrap();
+                        panic!("in the work");
+                        #[allow(unreachable_code)]
+                        Ok::<(), MySqlError>(())
+                    })
+                })
+                .await
+        })
+        .await
+    };
+    assert!(panicked.unwrap_err().is_panic());
+    let sql = format!("INSERT INTO {table}_biz VALUES (2, 0)");
+    store
+        .transaction(&ctx, |tx| Box::pin(async move { tx.query_drop(sql).await }))
+        .await
+        .unwrap();
+    assert_eq!(biz_rows(&store, table).await, vec![(2, 0)]);
     teardown(&store, table).await;
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// [`Leases`](lease_core::Leases) wraps it in
 /// [`lease_core::Error::Database`], naming the operation and the lease. A
 /// guarded transaction fails with
-/// [`TransactionError`](crate::TransactionError).
+/// [`GuardError`](lease_core::GuardError).
 ///
 /// No message, `Debug` output or source of this type ever contains the
 /// connection's password.

@@ -10,13 +10,13 @@ mod token;
 mod transaction;
 
 pub use error::PostgresError;
+pub use lease_core::{BoxFuture, GuardError, GuardStatement};
 pub use sql::DEFAULT_TABLE;
 pub use store::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStore,
     PostgresStoreBuilder,
 };
 pub use tls::SslMode;
-pub use transaction::{BoxFuture, TransactionError};
 
 /// The driver and pool this crate is built on, re-exported so that an
 /// application names the same versions: [`from_pool`](PostgresStore::from_pool)

@@ -129,6 +129,7 @@ pub(crate) struct Statements {
     pub(crate) renew_many: String,
     pub(crate) verify: String,
     pub(crate) verify_locked: String,
+    pub(crate) guard: String,
     pub(crate) release: String,
     pub(crate) claim_slot: String,
     pub(crate) finish: String,
@@ -150,6 +151,7 @@ impl Statements {
             renew_many: renew_many(t),
             verify: verify(t),
             verify_locked: verify_locked(t),
+            guard: guard(t),
             release: release(t),
             claim_slot: claim_slot(t),
             finish: finish(t),
@@ -250,12 +252,26 @@ fn verify(t: &str) -> String {
 /// also sets `idle_in_transaction_session_timeout` to `$3` (milliseconds,
 /// as text) for the transaction, so that a holder frozen inside it cannot
 /// keep the row locked, and every claim of the name waiting, for longer.
+/// `$4` is the handle's term: a row of another tenure does not verify.
 fn verify_locked(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
          SELECT l.term, set_config('idle_in_transaction_session_timeout', $3::text, true) \
            FROM {t} AS l, now \
-          WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms \
+          WHERE l.name = $1::text AND l.holder = $2::text AND l.term = $4::bigint \
+            AND l.expires_at_ms > now.ms \
+            FOR KEY SHARE OF l"
+    )
+}
+
+/// The guard for other drivers (`PostgresStore::guard_statement`): the
+/// verification of `verify_locked` without the session setting.
+/// `$1 name, $2 holder, $3 term` -> `term`, no row when lost.
+fn guard(t: &str) -> String {
+    format!(
+        "SELECT l.term FROM {t} AS l \
+          WHERE l.name = $1::text AND l.holder = $2::text AND l.term = $3::bigint \
+            AND l.expires_at_ms > {CLOCK_MS} \
             FOR KEY SHARE OF l"
     )
 }

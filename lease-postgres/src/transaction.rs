@@ -1,148 +1,17 @@
 //! The transaction guard: work in a transaction under a lease, verified
 //! first and fenced against the next holder.
 
-use std::error::Error as StdError;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Transaction};
-use lease_core::{BoxError, EndCause, LeaseContext, LostCause};
+use lease_core::{BoxError, BoxFuture, GuardError, GuardStatement, LeaseContext, LeaseStore};
 use tokio_postgres::{CancelToken, NoTls};
 
 use crate::store::{CancelTls, DEFAULT_STATEMENT_TIMEOUT, PostgresStore};
 use crate::token::Token;
 
-/// A boxed future that is `Send`: what the work of a guarded transaction
-/// returns, so that it may borrow the transaction.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// How long a cancel request for an abandoned transaction may take.
 const CANCEL_BOUND: Duration = Duration::from_secs(5);
-
-/// Why a guarded transaction did not commit.
-///
-/// In every case but [`Database`](TransactionError::Database) during the
-/// commit itself, nothing of the transaction was committed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum TransactionError<E> {
-    /// The lease is lost: always a [`lease_core::Error::Lost`]. Either the
-    /// verification that opens the transaction found the name no longer
-    /// this holder's, and not one statement of the work ran; or the lease
-    /// context ended with a loss while the transaction was open, and it was
-    /// rolled back.
-    Lost(lease_core::Error),
-
-    /// The lease context ended for another reason than a loss (the process
-    /// is shutting down, the holder stopped its renewals) before the
-    /// transaction was done: it was rolled back.
-    Ended {
-        /// The lease's name.
-        name: String,
-        /// Why the context ended, when it says.
-        cause: Option<EndCause>,
-    },
-
-    /// The database did not answer: no connection, or `BEGIN`, the
-    /// verification, `COMMIT` or `ROLLBACK` failed or got no answer in
-    /// time. A failed `COMMIT` leaves the outcome unknown, as with any
-    /// database.
-    Database {
-        /// The lease's name.
-        name: String,
-        /// What the driver or the pool reported.
-        source: BoxError,
-    },
-
-    /// The work returned this error: the transaction was rolled back.
-    Work(E),
-}
-
-impl<E> TransactionError<E> {
-    /// Whether the lease is lost: the work under it must stop.
-    #[must_use]
-    pub fn is_lost(&self) -> bool {
-        matches!(self, TransactionError::Lost(_))
-    }
-
-    /// Whether trying again later may succeed: the database did not answer.
-    #[must_use]
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, TransactionError::Database { .. })
-    }
-
-    /// The work's own error, if that is what this is.
-    pub fn into_work(self) -> Option<E> {
-        match self {
-            TransactionError::Work(e) => Some(e),
-            _ => None,
-        }
-    }
-
-    fn database(name: &str, source: impl Into<BoxError>) -> Self {
-        TransactionError::Database {
-            name: name.to_owned(),
-            source: source.into(),
-        }
-    }
-
-    fn lost(name: &str, cause: LostCause) -> Self {
-        TransactionError::Lost(lease_core::Error::Lost {
-            name: name.to_owned(),
-            cause,
-        })
-    }
-
-    /// The error for a context that ended: a loss when it says so.
-    fn ended(ctx: &LeaseContext) -> Self {
-        let name = ctx.handle().name();
-        match ctx.cause() {
-            Some(EndCause::Lost(cause)) => Self::lost(name, cause),
-            cause => TransactionError::Ended {
-                name: name.to_owned(),
-                cause,
-            },
-        }
-    }
-}
-
-impl<E> fmt::Display for TransactionError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransactionError::Lost(e) => fmt::Display::fmt(e, f),
-            TransactionError::Ended {
-                name,
-                cause: Some(cause),
-            } => write!(
-                f,
-                "guarded transaction under lease {name:?} rolled back: {cause}"
-            ),
-            TransactionError::Ended { name, cause: None } => write!(
-                f,
-                "guarded transaction under lease {name:?} rolled back: the lease context ended"
-            ),
-            TransactionError::Database { name, .. } => {
-                write!(f, "guarded transaction under lease {name:?} failed")
-            }
-            TransactionError::Work(_) => {
-                f.write_str("the work of a guarded transaction failed; rolled back")
-            }
-        }
-    }
-}
-
-impl<E: StdError + 'static> StdError for TransactionError<E> {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            TransactionError::Lost(e) => e.source(),
-            TransactionError::Ended { .. } => None,
-            TransactionError::Database { source, .. } => Some(source.as_ref()),
-            TransactionError::Work(e) => Some(e),
-        }
-    }
-}
 
 impl PostgresStore {
     /// Runs `work` in a transaction on the store's pool, under the lease
@@ -150,16 +19,17 @@ impl PostgresStore {
     ///
     /// 1. `BEGIN`, then, as the first statement, the verification of the
     ///    lease: `SELECT term ... WHERE name = :name AND holder = :holder
-    ///    AND expires_at_ms > :now FOR KEY SHARE`. When the name is no
-    ///    longer this holder's, the transaction is rolled back and
-    ///    [`TransactionError::Lost`] returned: not one statement of the
+    ///    AND term = :term AND expires_at_ms > :now FOR KEY SHARE`. When the
+    ///    name is no longer this holder's at the handle's term, the
+    ///    transaction is rolled back and
+    ///    [`GuardError::Lost`] returned: not one statement of the
     ///    work runs.
     /// 2. `work` runs on the transaction. An `Err` rolls it back, an `Ok`
     ///    commits it.
     /// 3. Should `ctx` end first (the lease is lost, or the process shuts
     ///    down), the work is dropped at its next `.await`, the transaction
     ///    rolled back, and the call returns at once with
-    ///    [`TransactionError::Lost`] or [`TransactionError::Ended`]. Its
+    ///    [`GuardError::Lost`] or [`GuardError::Ended`]. Its
     ///    connection leaves the pool; a statement still running on the
     ///    server is cancelled (a cancel request, for the store's own pool)
     ///    and the connection closed, which rolls the transaction back.
@@ -192,13 +62,17 @@ impl PostgresStore {
     /// work's own (the first use of a pool connection also prepares the
     /// verification once).
     ///
+    /// This is the contract of [`lease_core::guard`], which every backend
+    /// keeps: the same error type, the same rollback rules.
+    ///
     /// # Examples
     ///
     /// ```no_run
     /// use lease_core::LeaseContext;
-    /// use lease_postgres::{PostgresStore, TransactionError};
+    /// use lease_core::GuardError;
+    /// use lease_postgres::PostgresStore;
     ///
-    /// # async fn example(store: PostgresStore, ctx: LeaseContext) -> Result<(), TransactionError<tokio_postgres::Error>> {
+    /// # async fn example(store: PostgresStore, ctx: LeaseContext) -> Result<(), GuardError<tokio_postgres::Error>> {
     /// let term = ctx.term() as i64;
     /// let rows = store
     ///     .transaction(&ctx, |tx| {
@@ -214,10 +88,10 @@ impl PostgresStore {
     ///
     /// # Errors
     ///
-    /// [`TransactionError::Lost`] when the lease is lost (found so by the
-    /// verification, or by `ctx`); [`TransactionError::Ended`] when `ctx`
-    /// ended otherwise; [`TransactionError::Database`] when the database
-    /// does not answer; [`TransactionError::Work`] with the work's error.
+    /// [`GuardError::Lost`] when the lease is lost (found so by the
+    /// verification, or by `ctx`); [`GuardError::Ended`] when `ctx`
+    /// ended otherwise; [`GuardError::Database`] when the database
+    /// does not answer; [`GuardError::Work`] with the work's error.
     ///
     /// # Cancel safety
     ///
@@ -229,7 +103,7 @@ impl PostgresStore {
         &self,
         ctx: &LeaseContext,
         work: F,
-    ) -> Result<T, TransactionError<E>>
+    ) -> Result<T, GuardError<E>>
     where
         F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>> + Send,
         T: Send,
@@ -242,7 +116,7 @@ impl PostgresStore {
         &self,
         ctx: &LeaseContext,
         work: F,
-    ) -> Result<T, TransactionError<E>>
+    ) -> Result<T, GuardError<E>>
     where
         F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>> + Send,
         T: Send,
@@ -251,18 +125,27 @@ impl PostgresStore {
         let handle = ctx.handle();
         let name = handle.name();
         if ctx.is_cancelled() {
-            return Err(TransactionError::ended(ctx));
+            return Err(GuardError::ended(ctx));
         }
+        let db = |e: BoxError| self.db_error(name, e);
         let mut client = tokio::select! {
             biased;
-            () = ctx.cancelled() => return Err(TransactionError::ended(ctx)),
-            got = self.inner.pool.get() => got.map_err(|e| TransactionError::database(name, e))?,
+            () = ctx.cancelled() => return Err(GuardError::ended(ctx)),
+            got = self.inner.pool.get() => got.map_err(|e| db(e.into()))?,
         };
         let cancel = client.cancel_token();
         let verify = self.inner.sql.verify_locked.as_str();
         let idle_ms = idle_bound_ms(handle.leases().timings().deadline());
+        let term = i64::try_from(handle.term()).unwrap_or(i64::MAX);
         let raced = {
-            let open = verify_then_work(&mut client, verify, name, handle.holder(), &idle_ms, work);
+            let open = verify_then_work(
+                &mut client,
+                verify,
+                (name, handle.holder(), term),
+                &idle_ms,
+                db,
+                work,
+            );
             tokio::select! {
                 biased;
                 () = ctx.cancelled() => None,
@@ -281,7 +164,7 @@ impl PostgresStore {
                     "guarded transaction abandoned: the lease context ended"
                 );
                 self.abandon(client, cancel);
-                return Err(TransactionError::ended(ctx));
+                return Err(GuardError::ended(ctx));
             }
         };
         let bound = self
@@ -292,19 +175,44 @@ impl PostgresStore {
             Err(e) => Err(e),
             Ok((tx, Ok(value))) => match tokio::time::timeout(bound, tx.commit()).await {
                 Ok(Ok(())) => Ok(value),
-                Ok(Err(e)) => Err(TransactionError::database(name, e)),
-                Err(_) => Err(TransactionError::database(
-                    name,
-                    format!("COMMIT got no answer within {bound:?}; its outcome is unknown"),
-                )),
+                Ok(Err(e)) => Err(db(e.into())),
+                Err(_) => Err(db(format!(
+                    "COMMIT got no answer within {bound:?}; its outcome is unknown"
+                )
+                .into())),
             },
             Ok((tx, Err(e))) => {
                 // The work's error is what the caller needs; a rollback that
                 // fails leaves the transaction to end with its connection.
                 let _ = tokio::time::timeout(bound, tx.rollback()).await;
-                Err(TransactionError::Work(e))
+                Err(GuardError::Work(e))
             }
         }
+    }
+
+    /// A failed statement of the guard, classified as the store classifies
+    /// its own errors.
+    fn db_error<E>(&self, name: &str, source: BoxError) -> GuardError<E> {
+        let kind = self.classify(source.as_ref());
+        GuardError::database(name, kind, source)
+    }
+
+    /// The guard statement, for running the fence by hand in a transaction
+    /// of another driver: see [`GuardStatement`] and [`lease_core::guard`].
+    ///
+    /// Open the transaction with `BEGIN` (any isolation level), then run
+    /// `SELECT l.term FROM {table} AS l WHERE l.name = $1::text AND
+    /// l.holder = $2::text AND l.term = $3::bigint AND l.expires_at_ms >
+    /// {now_ms} FOR KEY SHARE OF l` as its first statement:
+    /// one row, the lease is still the handle's. The row's `FOR KEY SHARE`
+    /// lock makes this crate's claims (which take `FOR UPDATE`) wait until
+    /// the transaction ends, and leaves the holder's renewals free. Unlike
+    /// [`transaction`](Self::transaction), it sets no
+    /// `idle_in_transaction_session_timeout`: set one yourself, so that a
+    /// frozen holder does not keep the claims waiting.
+    #[must_use]
+    pub fn guard_statement(&self) -> GuardStatement {
+        GuardStatement::new("BEGIN", self.inner.sql.guard.clone())
     }
 
     /// Takes the connection of an abandoned transaction out of the pool,
@@ -348,19 +256,19 @@ fn idle_bound_ms(deadline: std::time::Duration) -> String {
 async fn verify_then_work<'c, T, E, F>(
     client: &'c mut Object,
     verify: &str,
-    name: &str,
-    holder: &str,
+    (name, holder, term): (&str, &str, i64),
     idle_ms: &str,
+    db: impl Fn(BoxError) -> GuardError<E>,
     work: F,
-) -> Result<(Transaction<'c>, Result<T, E>), TransactionError<E>>
+) -> Result<(Transaction<'c>, Result<T, E>), GuardError<E>>
 where
     F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>>,
 {
-    let db = |e| TransactionError::database(name, e);
+    let db = |e: tokio_postgres::Error| db(e.into());
     let mut tx = client.transaction().await.map_err(db)?;
     let stmt = tx.prepare_cached(verify).await.map_err(db)?;
     let verified = tx
-        .query_opt(&stmt, &[&name, &Token(holder), &idle_ms])
+        .query_opt(&stmt, &[&name, &Token(holder), &idle_ms, &term])
         .await
         .map_err(db)?;
     if verified.is_none() {
@@ -369,7 +277,7 @@ where
             "guarded transaction refused: the lease is no longer this holder's"
         );
         let _ = tx.rollback().await;
-        return Err(TransactionError::lost(name, LostCause::NotHolder));
+        return Err(GuardError::not_holder(name));
     }
     let outcome = work(&mut tx).await;
     Ok((tx, outcome))

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use lease_core::GuardError;
 use lease_core::{CancellationToken, EndCause, LeaseContext, Leases, LostCause, Timings};
-use lease_postgres::{PostgresStore, TransactionError};
+use lease_postgres::PostgresStore;
 use tokio::time::{Instant, sleep, timeout};
 
 /// A lease of 800 ms (renew 100 ms, local deadline 500 ms): expiries within
@@ -101,7 +102,7 @@ async fn a_lost_lease_is_refused_before_any_statement_of_the_work() {
             .unwrap_err();
         assert!(err.is_lost(), "{err:?}");
         assert!(
-            matches!(&err, TransactionError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
+            matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
             "{err:?}"
         );
         assert!(
@@ -379,7 +380,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
             started.elapsed()
         );
         assert!(
-            matches!(&err, TransactionError::Lost(e) if e.lost_cause() == Some(LostCause::DeadlineExceeded)),
+            matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::DeadlineExceeded)),
             "{err:?}"
         );
         // The server let go of it: the row lock is gone (a FOR UPDATE that
@@ -440,7 +441,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     assert!(
         matches!(
             err,
-            TransactionError::Ended {
+            GuardError::Ended {
                 cause: Some(EndCause::Stopped),
                 ..
             }
@@ -452,7 +453,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
         .transaction(&ctx, |_tx| Box::pin(async { Ok::<_, std::io::Error>(()) }))
         .await
         .unwrap_err();
-    assert!(matches!(err, TransactionError::Ended { .. }), "{err:?}");
+    assert!(matches!(err, GuardError::Ended { .. }), "{err:?}");
 
     // The work's own error rolls back.
     let h = leases.claim("failing").await.unwrap().unwrap();
@@ -598,4 +599,99 @@ async fn a_refused_claim_takes_no_row_lock() {
         .unwrap();
     h.release().await.unwrap();
     common::drop_table(&store).await;
+}
+
+/// The verification compares the term too: a row with the holder's token
+/// but another term (a tenure the handle does not know) does not verify,
+/// and the work never runs.
+#[tokio::test]
+async fn a_row_of_another_term_does_not_verify() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let leases = Leases::new(store.clone()).with_timings(short());
+    let h = leases.claim("job").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let client = store.pool().get().await.unwrap();
+    client
+        .execute(
+            &format!(
+                "UPDATE \"{}\" SET term = term + 1 WHERE name = 'job'",
+                store.table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let sql = insert(&business);
+    let err = store
+        .transaction(&ctx, move |tx| {
+            flag.store(true, Ordering::SeqCst);
+            Box::pin(async move { tx.execute(&sql, &[&1_i64, &"stale term"]).await })
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
+        "{err:?}"
+    );
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the work ran under another term"
+    );
+    assert!(notes(&store, &business).await.is_empty());
+    teardown(&store, &business).await;
+}
+
+/// The work's error rolls back and comes back as `GuardError::Work`; a
+/// panic in the work rolls back and reaches the caller; the store works
+/// after both.
+#[tokio::test]
+async fn work_that_fails_or_panics_is_rolled_back() {
+    let Some(url) = common::url() else { return };
+    let (store, business) = setup(&url).await;
+    let leases = Leases::new(store.clone()).with_timings(short());
+    let h = leases.claim("job").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let sql = insert(&business);
+
+    let s = sql.clone();
+    let err = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute(&s, &[&1_i64, &"failed"]).await.unwrap();
+                Err::<(), _>("the work gave up")
+            })
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.into_work(), Some("the work gave up"));
+
+    let panicked = {
+        let (store, ctx, s) = (store.clone(), ctx.clone(), sql.clone());
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, move |tx| {
+                    Box::pin(async move {
+                        tx.execute(&s, &[&1_i64, &"panicked"]).await.unwrap();
+                        panic!("in the work");
+                        #[allow(unreachable_code)]
+                        Ok::<(), std::io::Error>(())
+                    })
+                })
+                .await
+        })
+        .await
+    };
+    assert!(panicked.unwrap_err().is_panic());
+
+    store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move { tx.execute(&sql, &[&1_i64, &"after"]).await })
+        })
+        .await
+        .unwrap();
+    assert_eq!(notes(&store, &business).await, ["after"]);
+    teardown(&store, &business).await;
 }

@@ -1,12 +1,11 @@
 //! The crate's error type.
 
-use std::fmt;
 use std::path::PathBuf;
 
-use lease_core::EndCause;
-
-/// What can go wrong opening a [`SqliteStore`](crate::SqliteStore), or
-/// running a [guarded transaction](crate::SqliteStore::transaction).
+/// What can go wrong opening a [`SqliteStore`](crate::SqliteStore). A
+/// [guarded transaction](crate::SqliteStore::transaction) fails with
+/// [`GuardError`](lease_core::GuardError), whose `Database` variant carries
+/// the driver's `rusqlite::Error`.
 ///
 /// The protocol's statements ([`LeaseStore`](lease_core::LeaseStore)
 /// methods) report the driver's error as it is, and
@@ -69,55 +68,12 @@ pub enum SqliteError {
         mode: String,
     },
 
-    /// The guarded transaction's verification found the lease no longer
-    /// this holder's: not one statement of the work ran.
-    #[error("lease {name:?} lost: the guarded transaction was refused before its first statement")]
-    Lost {
-        /// The lease's name.
-        name: String,
-    },
-
-    /// The lease context ended (the lease was lost, the parent was
-    /// cancelled, or the renewals stopped) before the guarded transaction
-    /// committed: it was rolled back.
-    #[error(
-        "lease {name:?} context ended before commit ({}): the transaction was rolled back",
-        DisplayCause(*cause)
-    )]
-    Ended {
-        /// The lease's name.
-        name: String,
-        /// Why the context ended, when it says.
-        cause: Option<EndCause>,
-    },
-
-    /// A statement of the guard (begin, verify, commit) failed.
-    #[error("an SQLite statement of a guarded transaction failed")]
+    /// A statement failed.
+    #[error("an SQLite statement failed")]
     Database(#[from] rusqlite::Error),
 }
 
-struct DisplayCause(Option<EndCause>);
-
-impl fmt::Display for DisplayCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(cause) => write!(f, "{cause}"),
-            None => f.write_str("cancelled"),
-        }
-    }
-}
-
 impl SqliteError {
-    /// Whether the lease is lost: the work under it must stop.
-    #[must_use]
-    pub fn is_lost(&self) -> bool {
-        match self {
-            SqliteError::Lost { .. } => true,
-            SqliteError::Ended { cause, .. } => matches!(cause, Some(EndCause::Lost(_))),
-            _ => false,
-        }
-    }
-
     /// Whether trying again later may succeed: another connection held the
     /// file's lock past the busy timeout.
     #[must_use]

@@ -179,6 +179,17 @@ fn verify(t: &str) -> String {
     format!("SELECT term FROM {t} WHERE name = ?1 AND holder = ?2 AND expires_at_ms > {NOW}")
 }
 
+/// The guard for other drivers (`SqliteStore::guard_statement`): `?1 name,
+/// ?2 holder, ?3 term` -> `term`, no row when lost. A write that changes
+/// nothing, so that it takes the write lock even in a deferred transaction.
+pub(crate) fn guard(t: &str) -> String {
+    format!(
+        "UPDATE {t} SET term = term \
+          WHERE name = ?1 AND holder = ?2 AND term = ?3 AND expires_at_ms > {NOW} \
+         RETURNING term"
+    )
+}
+
 fn release(t: &str) -> String {
     format!("UPDATE {t} SET expires_at_ms = 0 WHERE name = ?1 AND holder = ?2")
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, Finished, LeaseContext, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
-    UnfinishedRow,
+    BoxError, Finished, GuardError, GuardStatement, LeaseContext, LeaseInfo, LeaseStore, SlotClaim,
+    SupersededSlot, UnfinishedRow,
 };
 use rusqlite::{
     Connection, InterruptHandle, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -293,6 +293,17 @@ impl SqliteStore {
     /// `Ok` commits, `Err` rolls back. A panic in `work` rolls back and
     /// resumes on the caller.
     ///
+    /// This is the contract of [`lease_core::guard`], which every backend
+    /// keeps: the same method, the same error type, the same rollback rules,
+    /// the term compared with the handle's. Only the closure differs: it is
+    /// synchronous, and runs on tokio's blocking pool, on the thread that
+    /// holds the store's connection. rusqlite is a blocking driver: its
+    /// `Transaction` borrows a `Connection` that is not `Sync`, so an async
+    /// closure would hold the connection across `.await`s on a runtime
+    /// thread, blocking it on every statement. The context ending
+    /// interrupts the statement the work is running instead of dropping a
+    /// future.
+    ///
     /// The store has one connection: the holder's own renewals wait for the
     /// transaction to end. Keep each guarded transaction shorter than half
     /// the local deadline (5 s with the default timings), the bound on each
@@ -310,7 +321,7 @@ impl SqliteStore {
     /// leases.migrate().await?;
     /// # store.transaction(&lease_core::LeaseContext::new(leases.claim("setup").await?.unwrap(), Default::default()), |tx| {
     /// #     tx.execute_batch("CREATE TABLE reports (id INTEGER PRIMARY KEY, done INTEGER, term INTEGER); INSERT INTO reports VALUES (7, 0, 0)")?;
-    /// #     Ok::<_, SqliteError>(())
+    /// #     Ok::<_, rusqlite::Error>(())
     /// # }).await?;
     /// let Some(handle) = leases.claim("report:7").await? else {
     ///     return Ok(());
@@ -320,8 +331,7 @@ impl SqliteStore {
     /// let term = i64::try_from(handle.term())?;
     /// store
     ///     .transaction(holder.context(), move |tx| {
-    ///         tx.execute("UPDATE reports SET done = 1, term = ?1 WHERE id = 7", [term])?;
-    ///         Ok::<_, SqliteError>(())
+    ///         tx.execute("UPDATE reports SET done = 1, term = ?1 WHERE id = 7", [term])
     ///     })
     ///     .await?;
     /// holder.stop().await;
@@ -332,12 +342,13 @@ impl SqliteStore {
     ///
     /// # Errors
     ///
-    /// [`SqliteError::Lost`] when the verification finds the lease gone;
-    /// [`SqliteError::Ended`] when `ctx` ends before the commit (or had ended
-    /// already); [`SqliteError::Database`] when a statement of the guard
-    /// fails (another connection holding the write lock past the busy
-    /// timeout, for one); and whatever `work` returns. All reach the caller
-    /// as `E`.
+    /// [`GuardError::Lost`] when the verification finds the lease gone (or
+    /// `ctx` ends with a loss before the commit); [`GuardError::Ended`] when
+    /// `ctx` ends otherwise before the commit (or had ended already);
+    /// [`GuardError::Database`] (its source the `rusqlite::Error`) when a
+    /// statement of the guard fails (another connection holding the write
+    /// lock past the busy timeout, for one); [`GuardError::Work`] with what
+    /// `work` returned.
     ///
     /// # Cancel safety
     ///
@@ -345,20 +356,28 @@ impl SqliteStore {
     /// statement `work` is running is interrupted, and the commit is not
     /// sent. Dropped while the commit is in flight, the transaction may or
     /// may not have committed.
-    pub async fn transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    pub async fn transaction<T, E, F>(
+        &self,
+        ctx: &LeaseContext,
+        work: F,
+    ) -> Result<T, GuardError<E>>
     where
         F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: Send + 'static,
     {
         lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
     }
 
-    async fn guarded_transaction<T, E, F>(&self, ctx: &LeaseContext, work: F) -> Result<T, E>
+    async fn guarded_transaction<T, E, F>(
+        &self,
+        ctx: &LeaseContext,
+        work: F,
+    ) -> Result<T, GuardError<E>>
     where
         F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: Send + 'static,
     {
         let control = Arc::new(TxControl {
             running: Mutex::new(false),
@@ -388,13 +407,25 @@ impl SqliteStore {
                 Ok(panic) => std::panic::resume_unwind(panic),
                 // Cancelled: the runtime shut down before the task started,
                 // so nothing ran.
-                Err(_) => Err(SqliteError::Ended {
-                    name: ctx.handle().name().to_owned(),
-                    cause: ctx.cause(),
-                }
-                .into()),
+                Err(_) => Err(GuardError::ended(ctx)),
             },
         }
+    }
+
+    /// The guard statement, for running the fence by hand in a transaction
+    /// of another driver on the same file: see [`GuardStatement`] and
+    /// [`lease_core::guard`].
+    ///
+    /// Open the transaction with `BEGIN IMMEDIATE`, then run `UPDATE
+    /// {table} SET term = term WHERE name = ?1 AND holder = ?2 AND term = ?3
+    /// AND expires_at_ms > {now_ms} RETURNING term` as its first
+    /// statement: one row, the lease is still the handle's. It writes
+    /// nothing, but as a write it takes the file's write lock even in a
+    /// deferred `BEGIN`, so every other writer (a successor's claim
+    /// included) waits until the transaction ends, up to its busy timeout.
+    #[must_use]
+    pub fn guard_statement(&self) -> GuardStatement {
+        GuardStatement::new("BEGIN IMMEDIATE", sql::guard(self.inner.sql.table.quoted()))
     }
 
     /// Runs `f` on the connection, on tokio's blocking pool.
@@ -547,15 +578,20 @@ impl Drop for StopOnDrop {
 }
 
 /// The blocking side of [`SqliteStore::transaction`].
-fn guarded<T, E, F>(inner: &Inner, ctx: &LeaseContext, control: &TxControl, work: F) -> Result<T, E>
+fn guarded<T, E, F>(
+    inner: &Inner,
+    ctx: &LeaseContext,
+    control: &TxControl,
+    work: F,
+) -> Result<T, GuardError<E>>
 where
     F: FnOnce(&Transaction<'_>) -> Result<T, E>,
-    E: From<SqliteError>,
 {
     let name = ctx.handle().name();
-    let ended = || SqliteError::Ended {
-        name: name.to_owned(),
-        cause: ctx.cause(),
+    let ended = || GuardError::ended(ctx);
+    let db = |e: rusqlite::Error| {
+        let kind = crate::error::classify(&e);
+        GuardError::database(name, kind, e)
     };
     let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
     control.set_running(true);
@@ -563,14 +599,14 @@ where
     // once the connection is free for the next call.
     let _running = Running(control);
     if control.stopped(ctx) {
-        return Err(ended().into());
+        return Err(ended());
     }
     if !conn.is_autocommit() {
-        conn.execute_batch("ROLLBACK").map_err(SqliteError::from)?;
+        conn.execute_batch("ROLLBACK").map_err(db)?;
     }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(SqliteError::from)?;
+        .map_err(db)?;
     let term: Option<u64> = tx
         .query_row(
             &inner.sql.verify,
@@ -578,25 +614,22 @@ where
             |row| term_at(row, 0),
         )
         .optional()
-        .map_err(SqliteError::from)?;
+        .map_err(db)?;
     if term != Some(ctx.term()) {
         tracing::debug!(
             name,
             term = ctx.term(),
             "guarded transaction refused: lease lost"
         );
-        return Err(SqliteError::Lost {
-            name: name.to_owned(),
-        }
-        .into());
+        return Err(GuardError::not_holder(name));
     }
     let value = work(&tx);
     if control.stopped(ctx) {
         tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction rolled back: context ended");
-        return Err(ended().into());
+        return Err(ended());
     }
-    let value = value?;
-    tx.commit().map_err(SqliteError::from)?;
+    let value = value.map_err(GuardError::Work)?;
+    tx.commit().map_err(db)?;
     Ok(value)
 }
 

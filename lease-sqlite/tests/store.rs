@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lease_core::GuardError;
 use lease_core::{
     EndCause, Finished, LeaseContext, LeaseStore, Leases, LostCause, SlotClaim, SupersededSlot,
 };
@@ -722,7 +723,7 @@ async fn a_guarded_transaction_on_a_lost_lease_runs_nothing() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, SqliteError::Lost { ref name } if name == "tx"),
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
         "{err:?}"
     );
     assert!(err.is_lost());
@@ -821,13 +822,7 @@ async fn a_guarded_transaction_ends_with_its_context() {
         "not interrupted"
     );
     assert!(
-        matches!(
-            err,
-            SqliteError::Ended {
-                cause: Some(EndCause::Lost(LostCause::DeadlineExceeded)),
-                ..
-            }
-        ),
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::DeadlineExceeded)),
         "{err:?}"
     );
     assert!(err.is_lost());
@@ -841,7 +836,10 @@ async fn a_guarded_transaction_ends_with_its_context() {
         .transaction(&ctx, |_tx| Ok::<_, SqliteError>(()))
         .await
         .unwrap_err();
-    assert!(matches!(err, SqliteError::Ended { .. }), "{err:?}");
+    assert!(
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::DeadlineExceeded)),
+        "{err:?}"
+    );
     assert!(store.now_ms().await.is_ok());
 }
 
@@ -866,27 +864,17 @@ async fn a_guarded_transaction_dropped_or_failed_rolls_back() {
     let schema = "SELECT count(*) FROM sqlite_schema WHERE name IN ('dropped', 'failed')";
     assert_eq!(count(&conn, schema), 0);
 
-    #[derive(Debug)]
-    enum WorkError {
-        Refused,
-        Sqlite(SqliteError),
-    }
-    impl From<SqliteError> for WorkError {
-        fn from(e: SqliteError) -> Self {
-            WorkError::Sqlite(e)
-        }
-    }
     let err = store
         .transaction(&ctx, |tx| {
             tx.execute_batch("CREATE TABLE failed (x INTEGER)")
-                .map_err(SqliteError::from)?;
-            Err::<(), _>(WorkError::Refused)
+                .map_err(|e| e.to_string())?;
+            Err::<(), _>("refused".to_owned())
         })
         .await
         .unwrap_err();
     match err {
-        WorkError::Refused => {}
-        WorkError::Sqlite(e) => panic!("the work's own error expected, got {e}"),
+        GuardError::Work(e) if e == "refused" => {}
+        other => panic!("the work's own error expected, got {other:?}"),
     }
     assert_eq!(count(&conn, schema), 0);
 
@@ -935,4 +923,35 @@ async fn a_renewal_waits_behind_the_guarded_transaction() {
     let renewed_at = std::time::Instant::now();
     let committed_at = tx.await.unwrap().unwrap();
     assert!(renewed_at >= committed_at);
+}
+
+/// The verification compares the term: a row with the holder's token but
+/// another term does not verify, and the work never runs.
+#[tokio::test]
+async fn a_guarded_transaction_on_a_row_of_another_term_runs_nothing() {
+    let (_dir, path) = db_file();
+    let (store, _handle, ctx) = claimed(&path, "term").await;
+    raw(&path)
+        .execute(
+            "UPDATE gst_leases SET term = term + 1 WHERE name = 'term'",
+            [],
+        )
+        .unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    let err = store
+        .transaction(&ctx, move |_tx| {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, SqliteError>(())
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, GuardError::Lost(e) if e.lost_cause() == Some(LostCause::NotHolder)),
+        "{err:?}"
+    );
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "the work ran under another term"
+    );
 }

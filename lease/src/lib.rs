@@ -117,14 +117,14 @@ impl ConnectError {
 
 /// The database a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
+enum Dialect {
     Sqlite,
     Postgres,
     MySql,
     ClickHouse,
 }
 
-fn backend_of(url: &str) -> Result<(Backend, String), ConnectError> {
+fn backend_of(url: &str) -> Result<(Dialect, String), ConnectError> {
     let scheme = match url.split_once(':') {
         Some((scheme, _)) if !scheme.is_empty() => scheme.to_ascii_lowercase(),
         _ => {
@@ -134,10 +134,10 @@ fn backend_of(url: &str) -> Result<(Backend, String), ConnectError> {
         }
     };
     let backend = match scheme.as_str() {
-        "sqlite" => Backend::Sqlite,
-        "postgres" | "postgresql" => Backend::Postgres,
-        "mysql" | "mariadb" => Backend::MySql,
-        "clickhouse" | "clickhouses" => Backend::ClickHouse,
+        "sqlite" => Dialect::Sqlite,
+        "postgres" | "postgresql" => Dialect::Postgres,
+        "mysql" | "mariadb" => Dialect::MySql,
+        "clickhouse" | "clickhouses" => Dialect::ClickHouse,
         _ => return Err(ConnectError::UnknownScheme { scheme }),
     };
     Ok((backend, scheme))
@@ -162,21 +162,150 @@ fn backend_of(url: &str) -> Result<(Backend, String), ConnectError> {
 ///
 /// Cancel safe: nothing is kept until it returns.
 pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+    connect_backend(url).await.map(|backend| backend.store())
+}
+
+/// The store a URL names, as its backend's own type: what a program that
+/// chooses its database by URL needs for the backend-specific parts of the
+/// API, first of all the [guarded transaction](lease_core::guard).
+///
+/// [`connect`] gives a [`Leases`] and hides the store behind
+/// `Arc<dyn LeaseStore>`; a guarded transaction cannot go through that
+/// trait, because its work sees the driver's own transaction type. So open
+/// the database with [`connect_backend`] instead, take the coordinator
+/// from [`Backend::leases`], and match on the backend where the work is
+/// written: the SQL is the only part that differs, and every backend's
+/// `transaction` returns the same [`GuardError`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dblease::BoxError> {
+/// use dblease::{Backend, BoxError, GuardError, LeaseContext};
+///
+/// let backend = dblease::connect_backend("sqlite::memory:").await?;
+/// let leases = backend.leases();
+/// leases.migrate().await?;
+/// let handle = leases.claim("report:7").await?.expect("a new name is free");
+/// let holder = handle.hold(&Default::default());
+/// let ctx: &LeaseContext = holder.context();
+/// let term = i64::try_from(ctx.term())?;
+/// let written: Result<usize, GuardError<BoxError>> = match &backend {
+///     Backend::Sqlite(store) => {
+///         store
+///             .transaction(ctx, move |tx| {
+///                 tx.execute_batch("CREATE TABLE IF NOT EXISTS reports (term INTEGER)")?;
+///                 tx.execute("INSERT INTO reports (term) VALUES (?1)", [term])
+///                     .map_err(BoxError::from)
+///             })
+///             .await
+///     }
+///     // Backend::Postgres(store) => store.transaction(ctx, |tx| Box::pin(async move { .. })).await,
+///     // Backend::MySql(store) => store.transaction(ctx, |tx| Box::pin(async move { .. })).await,
+///     _ => unreachable!("this example runs on SQLite"),
+/// };
+/// match written {
+///     Ok(rows) => assert_eq!(rows, 1),
+///     Err(e) if e.is_lost() => { /* stop the work under this lease */ }
+///     Err(e) => return Err(e.into_boxed()),
+/// }
+/// holder.stop().await;
+/// handle.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`connect_store`].
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is kept until it returns.
+pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
     let (backend, scheme) = backend_of(url)?;
     match backend {
-        Backend::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
+        Dialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        Backend::Sqlite => open_sqlite(url, scheme),
-        Backend::Postgres => open_postgres(url, scheme).await,
-        Backend::MySql => open_mysql(url, scheme).await,
+        Dialect::Sqlite => open_sqlite(url, scheme),
+        Dialect::Postgres => open_postgres(url, scheme).await,
+        Dialect::MySql => open_mysql(url, scheme).await,
+    }
+}
+
+/// A lease store of one of the backends this build has, as its own type:
+/// from [`connect_backend`]. Each store is a cheap handle on its pool or
+/// connection (cloning shares it).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Backend {
+    /// SQLite (`sqlite://PATH`, `sqlite::memory:`).
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    Sqlite(lease_sqlite::SqliteStore),
+    /// PostgreSQL (`postgres://`, `postgresql://`).
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    Postgres(lease_postgres::PostgresStore),
+    /// MySQL or MariaDB (`mysql://`, `mariadb://`).
+    #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+    MySql(lease_mysql::MySqlStore),
+}
+
+impl Backend {
+    /// The store behind the [`LeaseStore`] trait, as [`connect_store`]
+    /// gives it.
+    #[must_use]
+    pub fn store(&self) -> Arc<dyn LeaseStore> {
+        match *self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(ref s) => Arc::new(s.clone()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(ref s) => Arc::new(s.clone()),
+            #[cfg(feature = "mysql")]
+            Backend::MySql(ref s) => Arc::new(s.clone()),
+        }
+    }
+
+    /// A coordinator on this store with the default timings, as
+    /// [`connect`] gives it; it shares the store's pool or connection.
+    #[must_use]
+    pub fn leases(&self) -> Leases {
+        Leases::from_arc(self.store())
+    }
+
+    /// The backend's name: `sqlite`, `postgres` or `mysql`.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match *self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => "postgres",
+            #[cfg(feature = "mysql")]
+            Backend::MySql(_) => "mysql",
+        }
+    }
+
+    /// The dialect's guard statement, for fencing a transaction of another
+    /// driver by hand: see [`GuardStatement`] and [`lease_core::guard`].
+    #[must_use]
+    pub fn guard_statement(&self) -> GuardStatement {
+        match *self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(ref s) => s.guard_statement(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(ref s) => s.guard_statement(),
+            #[cfg(feature = "mysql")]
+            Backend::MySql(ref s) => s.guard_statement(),
+        }
     }
 }
 
 #[cfg(feature = "sqlite")]
-fn open_sqlite(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+fn open_sqlite(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
     lease_sqlite::SqliteStore::connect(url)
-        .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map(Backend::Sqlite)
         .map_err(|e| ConnectError::Backend {
             backend: "sqlite",
             source: Box::new(e),
@@ -184,7 +313,7 @@ fn open_sqlite(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, Connec
 }
 
 #[cfg(not(feature = "sqlite"))]
-fn open_sqlite(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+fn open_sqlite(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "sqlite",
@@ -192,10 +321,10 @@ fn open_sqlite(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, Connec
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+async fn open_postgres(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
     lease_postgres::PostgresStore::connect(url)
         .await
-        .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map(Backend::Postgres)
         .map_err(|e| ConnectError::Backend {
             backend: "postgres",
             source: Box::new(e),
@@ -203,7 +332,7 @@ async fn open_postgres(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+async fn open_postgres(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "postgres",
@@ -211,10 +340,10 @@ async fn open_postgres(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>
 }
 
 #[cfg(feature = "mysql")]
-async fn open_mysql(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+async fn open_mysql(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
     lease_mysql::MySqlStore::connect(url)
         .await
-        .map(|s| Arc::new(s) as Arc<dyn LeaseStore>)
+        .map(Backend::MySql)
         .map_err(|e| ConnectError::Backend {
             backend: "mysql",
             source: Box::new(e),
@@ -222,7 +351,7 @@ async fn open_mysql(url: &str, _scheme: String) -> Result<Arc<dyn LeaseStore>, C
 }
 
 #[cfg(not(feature = "mysql"))]
-async fn open_mysql(_url: &str, scheme: String) -> Result<Arc<dyn LeaseStore>, ConnectError> {
+async fn open_mysql(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "mysql",
@@ -305,9 +434,9 @@ mod tests {
 
     #[tokio::test]
     async fn schemes_are_case_insensitive() {
-        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, Backend::Postgres);
-        assert_eq!(backend_of("MariaDB://x").unwrap().0, Backend::MySql);
-        assert_eq!(backend_of("sqlite::memory:").unwrap().0, Backend::Sqlite);
+        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, Dialect::Postgres);
+        assert_eq!(backend_of("MariaDB://x").unwrap().0, Dialect::MySql);
+        assert_eq!(backend_of("sqlite::memory:").unwrap().0, Dialect::Sqlite);
     }
 
     #[cfg(not(feature = "postgres"))]

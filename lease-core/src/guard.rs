@@ -1,0 +1,416 @@
+//! Fenced (guarded) transactions: the one contract every backend keeps.
+//!
+//! A guarded transaction is the work a holder does in the database under its
+//! lease, in one transaction whose first statement verifies the lease and
+//! locks its row, so that a successor's claim of the name waits for that
+//! transaction to end. A holder frozen between its verification and its
+//! commit, past its lease, therefore commits before its successor holds the
+//! name, or not at all: never after.
+//!
+//! # The contract
+//!
+//! Every backend offers it as `store.transaction(&ctx, work)`, returning
+//! `Result<T, GuardError<E>>`, `E` being the work's own error:
+//!
+//! | backend | `work` | why |
+//! | --- | --- | --- |
+//! | `lease-postgres` | `\|tx: &mut deadpool_postgres::Transaction\| -> BoxFuture<'_, Result<T, E>>` | async driver |
+//! | `lease-mysql` | `\|tx: &mut mysql_async::Transaction\| -> BoxFuture<'_, Result<T, E>>` | async driver |
+//! | `lease-sqlite` | `\|tx: &rusqlite::Transaction\| -> Result<T, E>`, run on tokio's blocking pool | rusqlite is synchronous: its `Transaction` borrows a `Connection` that is neither `Sync` nor usable across an `.await` without blocking the runtime; the work runs on the blocking thread that holds the connection, and the context ending interrupts it |
+//!
+//! 1. If `ctx` has ended already, nothing is sent: [`GuardError::Ended`] (or
+//!    [`GuardError::Lost`] when it ended with a loss).
+//! 2. The transaction begins and its first statement is the guard: it
+//!    selects the lease row by name, holder token **and term** (the handle's),
+//!    unexpired by the database clock, and locks it. No row: the transaction
+//!    is rolled back, not one statement of the work runs, and the call
+//!    returns [`GuardError::Lost`] ([`LostCause::NotHolder`]).
+//! 3. The work runs on the transaction. `Ok` commits; `Err(e)` rolls back and
+//!    returns [`GuardError::Work`]; a panic rolls back and resumes on the
+//!    caller.
+//! 4. Should `ctx` end before the commit is sent (the lease lost, the parent
+//!    cancelled, the renewals stopped), the work is stopped (dropped at its
+//!    next `.await`, or its SQLite statement interrupted), the transaction
+//!    rolled back, and the call returns [`GuardError::Lost`] or
+//!    [`GuardError::Ended`].
+//! 5. A statement of the guard itself that fails (connection, `BEGIN`, the
+//!    verification, `COMMIT`) is [`GuardError::Database`]; a failed
+//!    `COMMIT` leaves the outcome unknown, as with any database.
+//!
+//! Each guarded transaction is counted in the `lease_guarded_transactions_total`
+//! metric ([`crate::metrics`]).
+//!
+//! # Locks per backend
+//!
+//! | backend | the guard | a successor's claim | the holder's own renewals |
+//! | --- | --- | --- | --- |
+//! | PostgreSQL | `SELECT ... FOR KEY SHARE OF l` in a `READ COMMITTED` transaction | takes `FOR UPDATE` on the row (`INSERT ... ON CONFLICT DO UPDATE`, `SELECT ... FOR UPDATE`): conflicts, **waits** | `UPDATE` of non-key columns takes `FOR NO KEY UPDATE`: does not conflict, never held up |
+//! | MariaDB / MySQL (InnoDB) | `SELECT ... LOCK IN SHARE MODE` (a shared record lock) | any write to the row takes an exclusive lock: **waits** | wait too: InnoDB has no key-share level. Keep a guarded transaction shorter than the local deadline minus the renew interval (8 s with the default timings) |
+//! | SQLite | the transaction is `BEGIN IMMEDIATE`: the database file's write lock | every claim writes: **waits** (up to the busy timeout) | wait too, on the store's one connection: keep it shorter than half the local deadline |
+//!
+//! # What fencing covers, and what it does not
+//!
+//! A successor's claim waits for a guarded transaction only if the claim
+//! takes a lock that conflicts with the guard's. Every claim of this
+//! project's stores does; a foreign client writing the lease table by hand
+//! may not. The statements, with the default table `gst_leases`:
+//!
+//! **PostgreSQL.** The guard (its session setting left out):
+//!
+//! ```sql
+//! SELECT l.term FROM gst_leases AS l
+//!  WHERE l.name = $1 AND l.holder = $2 AND l.term = $3 AND l.expires_at_ms > <now>
+//!    FOR KEY SHARE OF l
+//! ```
+//!
+//! `lease-postgres`'s claim of an existing name locks it first:
+//!
+//! ```sql
+//! SELECT l.term FROM gst_leases AS l WHERE l.name = $1 AND l.expires_at_ms <= <now>
+//!    FOR UPDATE OF l            -- then UPDATE ... SET holder, term = term + 1, ...
+//! ```
+//!
+//! `FOR UPDATE` conflicts with `FOR KEY SHARE`: the claim waits. (A claim
+//! made before the lease has run out by the database clock matches no row,
+//! takes no lock and is refused at once: nothing to fence.) Its instant
+//! claims and claims of a rerun lock the same way. The holder's renewal,
+//! `UPDATE gst_leases SET expires_at_ms = ... WHERE name = $1 AND holder =
+//! $2 AND ...`, changes no key column, so it takes `FOR NO KEY UPDATE`,
+//! which does not conflict with `FOR KEY SHARE`: the holder's own guarded
+//! transaction never holds up its renewals. For the same reason **a
+//! foreign client is not fenced** when it takes a name with a plain
+//!
+//! ```sql
+//! UPDATE gst_leases SET holder = $2, term = term + 1, expires_at_ms = <now> + $3
+//!  WHERE name = $1 AND expires_at_ms <= <now>
+//! ```
+//!
+//! or with `INSERT ... ON CONFLICT (name) DO UPDATE SET holder = ..., term
+//! = ...`: neither changes a key column, so neither waits for the guard, and
+//! a stale holder's transaction can commit after such a claim. Such a client
+//! must lock the row first (`SELECT ... FOR UPDATE`), or claim through this
+//! project. (`lease-postgres`'s test
+//! `a_plain_upsert_would_pass_a_key_share_lock` shows it.)
+//!
+//! **MariaDB / MySQL.** The guard:
+//!
+//! ```sql
+//! SELECT term FROM gst_leases
+//!  WHERE name = ? AND holder = ? AND term = ? AND expires_at_ms > <now>
+//!  LOCK IN SHARE MODE
+//! ```
+//!
+//! The shared record lock conflicts with the exclusive lock of every write
+//! to the row: `lease-mysql`'s claim (`INSERT ... ON DUPLICATE KEY UPDATE`),
+//! a foreign plain `UPDATE`, and the holder's own renewals all wait.
+//!
+//! **SQLite.** The native guard opens the transaction with `BEGIN
+//! IMMEDIATE`, the file's write lock, then verifies; the guard for other
+//! drivers is a write that changes nothing, which takes the same lock:
+//!
+//! ```sql
+//! UPDATE gst_leases SET term = term
+//!  WHERE name = ?1 AND holder = ?2 AND term = ?3 AND expires_at_ms > <now>
+//!  RETURNING term
+//! ```
+//!
+//! Every writer of the file waits, on this table or any other.
+//!
+//! What no fence covers: effects outside the database (a message sent, a
+//! file written) and writes made outside the guarded transaction; a holder
+//! that commits before its lease runs out and does more afterwards; a
+//! claimant on another table or database. A successor waits at most its own
+//! lock-wait bound (the store's statement timeout, `innodb_lock_wait_timeout`,
+//! the busy timeout) and then fails its claim and retries later: the fence
+//! delays it, it never lets it through early.
+//!
+//! # Any other driver
+//!
+//! [`GuardStatement`] gives each dialect's guard as SQL and says how to run
+//! it by hand (`store.guard_statement()` on each backend): diesel, sqlx or
+//! a raw driver runs it as the first statement of its own transaction.
+
+use std::convert::Infallible;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::context::{EndCause, LeaseContext};
+use crate::error::{BoxError, DbErrorKind, Error, LostCause};
+use crate::leases::Handle;
+
+/// A boxed future that is `Send`: what the work of an async guarded
+/// transaction returns, so that it may borrow the transaction.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a guarded transaction did not commit, the same on every backend.
+///
+/// In every case but [`Database`](GuardError::Database) during the commit
+/// itself, nothing of the transaction was committed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GuardError<E> {
+    /// The lease is lost: always an [`Error::Lost`] with its cause. Either
+    /// the verification that opens the transaction found the name no longer
+    /// this holder's at this term ([`LostCause::NotHolder`]), and not one
+    /// statement of the work ran; or the lease context ended with a loss
+    /// before the commit, and the transaction was rolled back.
+    Lost(Error),
+
+    /// The lease context ended for another reason than a loss (the process
+    /// is shutting down, the holder stopped its renewals) before the commit:
+    /// the transaction was rolled back, or never begun.
+    Ended {
+        /// The lease's name.
+        name: String,
+        /// Why the context ended, when it says.
+        cause: Option<EndCause>,
+    },
+
+    /// The database did not answer or refused a statement of the guard: no
+    /// connection, or `BEGIN`, the verification, `COMMIT` or `ROLLBACK`
+    /// failed. A failed `COMMIT` leaves the outcome unknown.
+    Database {
+        /// The lease's name.
+        name: String,
+        /// The backend's classification of `source`.
+        kind: DbErrorKind,
+        /// What the driver or the pool reported.
+        source: BoxError,
+    },
+
+    /// The work returned this error: the transaction was rolled back.
+    Work(E),
+}
+
+impl<E> GuardError<E> {
+    /// Whether the lease is lost: the work under it must stop.
+    #[must_use]
+    pub fn is_lost(&self) -> bool {
+        matches!(self, GuardError::Lost(_))
+    }
+
+    /// Whether trying again later may succeed: the database did not answer
+    /// for a passing reason ([`DbErrorKind::is_retryable`]). A lost lease, an
+    /// ended context and the work's own error are not retryable here.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            GuardError::Database { kind, .. } => kind.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// The work's own error, if that is what this is.
+    pub fn into_work(self) -> Option<E> {
+        match self {
+            GuardError::Work(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The work's own error, if that is what this is.
+    pub fn work(&self) -> Option<&E> {
+        match self {
+            GuardError::Work(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The same error with the work's error mapped by `f`.
+    pub fn map_work<F>(self, f: impl FnOnce(E) -> F) -> GuardError<F> {
+        match self {
+            GuardError::Lost(e) => GuardError::Lost(e),
+            GuardError::Ended { name, cause } => GuardError::Ended { name, cause },
+            GuardError::Database { name, kind, source } => {
+                GuardError::Database { name, kind, source }
+            }
+            GuardError::Work(e) => GuardError::Work(f(e)),
+        }
+    }
+
+    /// A boxed error: the work's own error as it is, any other as a
+    /// `GuardError`. For `?` in a function returning [`BoxError`], when the
+    /// work's error is itself boxed (`Box<dyn Error>` is not an `Error`, so
+    /// `GuardError<BoxError>` is not one either).
+    pub fn into_boxed(self) -> BoxError
+    where
+        E: Into<BoxError>,
+    {
+        match self {
+            GuardError::Work(e) => e.into(),
+            GuardError::Lost(e) => Box::new(GuardError::<Infallible>::Lost(e)),
+            GuardError::Ended { name, cause } => {
+                Box::new(GuardError::<Infallible>::Ended { name, cause })
+            }
+            GuardError::Database { name, kind, source } => {
+                Box::new(GuardError::<Infallible>::Database { name, kind, source })
+            }
+        }
+    }
+
+    /// The error for a verification that found the lease gone. For backends.
+    pub fn not_holder(name: &str) -> Self {
+        GuardError::Lost(Error::Lost {
+            name: name.to_owned(),
+            cause: LostCause::NotHolder,
+        })
+    }
+
+    /// The error for a context that ended: [`GuardError::Lost`] when it
+    /// ended with a loss, [`GuardError::Ended`] otherwise. For backends.
+    pub fn ended(ctx: &LeaseContext) -> Self {
+        let name = ctx.handle().name();
+        match ctx.cause() {
+            Some(EndCause::Lost(cause)) => GuardError::Lost(Error::Lost {
+                name: name.to_owned(),
+                cause,
+            }),
+            cause => GuardError::Ended {
+                name: name.to_owned(),
+                cause,
+            },
+        }
+    }
+
+    /// The error for a statement of the guard that failed. For backends.
+    pub fn database(name: &str, kind: DbErrorKind, source: impl Into<BoxError>) -> Self {
+        GuardError::Database {
+            name: name.to_owned(),
+            kind,
+            source: source.into(),
+        }
+    }
+}
+
+impl<E> fmt::Display for GuardError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuardError::Lost(e) => fmt::Display::fmt(e, f),
+            GuardError::Ended {
+                name,
+                cause: Some(cause),
+            } => write!(
+                f,
+                "guarded transaction under lease {name:?} rolled back: {cause}"
+            ),
+            GuardError::Ended { name, cause: None } => write!(
+                f,
+                "guarded transaction under lease {name:?} rolled back: the lease context ended"
+            ),
+            GuardError::Database { name, kind, .. } => {
+                write!(f, "guarded transaction under lease {name:?} failed: {kind}")
+            }
+            GuardError::Work(_) => {
+                f.write_str("the work of a guarded transaction failed; rolled back")
+            }
+        }
+    }
+}
+
+impl<E: StdError + 'static> StdError for GuardError<E> {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            GuardError::Lost(e) => e.source(),
+            GuardError::Ended { .. } => None,
+            GuardError::Database { source, .. } => Some(source.as_ref()),
+            GuardError::Work(e) => Some(e),
+        }
+    }
+}
+
+/// A dialect's guard statement, for running the fence by hand in a
+/// transaction of another driver (diesel, sqlx, a raw driver).
+///
+/// How to use it, on any backend:
+///
+/// 1. Open the transaction with [`begin`](Self::begin) (or the driver's own
+///    equivalent).
+/// 2. Run [`sql`](Self::sql) as its **first** statement, binding the three
+///    positional parameters of [`params`](Self::params), in this order:
+///    the lease's name (text), the holder token (text,
+///    [`Handle::holder`]), the term (a signed 64-bit integer,
+///    [`Handle::term`]).
+/// 3. No row: the lease is not this holder's at this term any more; roll
+///    back and stop the work. One row: do the work and commit.
+///
+/// The statement locks the lease row as the native guarded transaction does
+/// (see the module's lock table): a successor's claim waits for the
+/// transaction to end. It does not bound how long the transaction stays
+/// open, nor end it when the lease's context ends: that is the caller's to
+/// do (stop before the local deadline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardStatement {
+    begin: &'static str,
+    sql: String,
+}
+
+impl GuardStatement {
+    /// A guard statement. For backends.
+    #[must_use]
+    pub fn new(begin: &'static str, sql: String) -> Self {
+        GuardStatement { begin, sql }
+    }
+
+    /// The statement that opens the transaction: `BEGIN` on PostgreSQL,
+    /// `START TRANSACTION` on MySQL, `BEGIN IMMEDIATE` on SQLite.
+    #[must_use]
+    pub fn begin(&self) -> &'static str {
+        self.begin
+    }
+
+    /// The guard: one row when the lease is still the handle's, none
+    /// otherwise. Its parameters are positional, in the dialect's own
+    /// notation (`$1 $2 $3`, `? ? ?`, `?1 ?2 ?3`): name, holder, term.
+    #[must_use]
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// The parameters of [`sql`](Self::sql) for `handle`, in order.
+    #[must_use]
+    pub fn params<'h>(&self, handle: &'h Handle) -> GuardParams<'h> {
+        GuardParams {
+            name: handle.name(),
+            holder: handle.holder(),
+            // Terms start at 1 and grow by one a claim: far from i64::MAX.
+            term: i64::try_from(handle.term()).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// The parameters of a [`GuardStatement`], in the order they bind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardParams<'h> {
+    /// The first: the lease's name.
+    pub name: &'h str,
+    /// The second: the holder token.
+    pub holder: &'h str,
+    /// The third: the term.
+    pub term: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boxed_keeps_the_works_error_and_the_kind() {
+        let work: GuardError<BoxError> = GuardError::Work("refused".into());
+        assert_eq!(work.into_boxed().to_string(), "refused");
+        let lost: GuardError<BoxError> = GuardError::not_holder("job");
+        let boxed = lost.into_boxed();
+        let back = boxed
+            .downcast_ref::<GuardError<Infallible>>()
+            .expect("a GuardError");
+        assert!(back.is_lost());
+        let db: GuardError<std::io::Error> =
+            GuardError::database("job", DbErrorKind::Conflict, "lock wait");
+        assert!(db.is_retryable());
+        assert!(db.to_string().contains("\"job\""), "{db}");
+        let other: GuardError<std::io::Error> =
+            GuardError::database("job", DbErrorKind::MissingTable, "no table");
+        assert!(!other.is_retryable());
+    }
+}
