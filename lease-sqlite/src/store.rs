@@ -29,6 +29,9 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// one statement per this many names, all on the same call.
 const MAX_NAMES_PER_STATEMENT: usize = 32_000;
 
+/// The most leases one batch renewal statement binds (two parameters each).
+const MAX_RENEWALS_PER_STATEMENT: usize = 8_192;
+
 /// A [`LeaseStore`] on an SQLite database: a file, or memory.
 ///
 /// The store owns **one** connection, used off the async runtime (every call
@@ -107,7 +110,31 @@ pub struct SqliteStoreBuilder {
     database: Option<Database>,
     table: String,
     busy_timeout: Duration,
+    synchronous: Synchronous,
 }
+
+/// How hard SQLite makes each commit durable on a file (`PRAGMA
+/// synchronous`), in WAL mode. See [`SqliteStoreBuilder::synchronous`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `FULL` (the default): each commit is synced to disk before it
+    /// returns, so a claim or renewal that returned survives an operating
+    /// system crash or a power loss.
+    #[default]
+    Full,
+    /// `NORMAL`: commits are synced at checkpoints only. A process crash
+    /// loses nothing, but an operating system crash or a power loss may
+    /// roll back the last commits: a claim that returned term `T` may be
+    /// undone, and the next claim of the name after the reboot hands out
+    /// term `T` again.
+    Normal,
+}
+
+/// How many prepared statements the connection keeps: every statement of
+/// the protocol, and a few lengths of the batch renewal and the search for
+/// unfinished instants.
+const STATEMENT_CACHE: usize = 64;
 
 impl Default for SqliteStoreBuilder {
     fn default() -> Self {
@@ -115,6 +142,7 @@ impl Default for SqliteStoreBuilder {
             database: None,
             table: DEFAULT_TABLE.to_owned(),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            synchronous: Synchronous::Full,
         }
     }
 }
@@ -149,6 +177,23 @@ impl SqliteStoreBuilder {
     /// deadline, or a call may outlive the coordinator's wait for it.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// How durable each commit is on a file (default [`Synchronous::Full`]).
+    ///
+    /// What the lease needs: mutual exclusion among the processes sharing
+    /// the file holds under [`Synchronous::Normal`] too. A commit can only be
+    /// lost with the operating system (a crash, a power loss), which stops
+    /// every process on the host, and SQLite files are shared only by
+    /// processes on one host: no holder survives to act on a lost claim or
+    /// renewal. What `NORMAL` gives up is the term as a fencing token
+    /// outside the host: a term handed out just before such a crash can be
+    /// handed out again after it. Choose `NORMAL` when no durable system
+    /// outside the file checks terms; it saves a sync of the write-ahead
+    /// log on every commit, most of a write's cost on most disks.
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
         self
     }
 
@@ -191,6 +236,12 @@ impl SqliteStoreBuilder {
             source,
         };
         conn.busy_timeout(self.busy_timeout).map_err(failed)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let pragma = match self.synchronous {
+            Synchronous::Full => sql::SYNCHRONOUS_FULL,
+            Synchronous::Normal => sql::SYNCHRONOUS_NORMAL,
+        };
+        conn.execute_batch(pragma).map_err(failed)?;
         if let Some(path) = &path {
             let mode = switch_to_wal(&conn, self.busy_timeout).map_err(failed)?;
             if !mode.eq_ignore_ascii_case("wal") {
@@ -677,9 +728,7 @@ fn claim_slot_in(
         .optional()?;
     let outcome = match row {
         None => {
-            let inserted = tx.execute(
-                &sql.slot_insert,
-                params![name, holder, instance, slot_ms, lease_ms],
+            let inserted = tx.prepare_cached(&sql.slot_insert)?.execute(params![name, holder, instance, slot_ms, lease_ms],
             )?;
             if inserted == 1 {
                 SlotClaim::Claimed {
@@ -691,9 +740,7 @@ fn claim_slot_in(
             }
         }
         Some(row) if row.expired && slot_ms > row.slot_ms => {
-            let updated = tx.execute(
-                &sql.slot_update,
-                params![name, holder, instance, slot_ms, lease_ms, row.term],
+            let updated = tx.prepare_cached(&sql.slot_update)?.execute(params![name, holder, instance, slot_ms, lease_ms, row.term],
             )?;
             if updated == 1 {
                 let given_up = row.slot_ms != 0 && row.unfinished_slot_ms == row.slot_ms;
@@ -713,6 +760,44 @@ fn claim_slot_in(
     };
     tx.commit()?;
     Ok(outcome)
+}
+
+/// The batch renewal: one `UPDATE ... RETURNING` per
+/// [`MAX_RENEWALS_PER_STATEMENT`] leases (padded to a power of two by
+/// repeating the last, so a few prepared statements serve every size),
+/// answered in order from the rows it returned.
+fn renew_many_in(
+    conn: &Connection,
+    sql: &Statements,
+    leases: &[(String, String)],
+    lease_ms: i64,
+) -> rusqlite::Result<Vec<bool>> {
+    let mut held = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(MAX_RENEWALS_PER_STATEMENT) {
+        let Some(last) = chunk.last() else { continue };
+        let slots = chunk.len().next_power_of_two();
+        let padded = chunk
+            .iter()
+            .chain(std::iter::repeat_n(last, slots - chunk.len()));
+        let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(1 + 2 * slots);
+        values.push(lease_ms.into());
+        for (name, holder) in padded {
+            values.push(name.clone().into());
+            values.push(holder.clone().into());
+        }
+        let mut stmt = conn.prepare_cached(&sql::renew_many(sql.table.quoted(), slots))?;
+        let renewed = stmt
+            .query_map(params_from_iter(values), |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        held.extend(
+            chunk
+                .iter()
+                .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder)),
+        );
+    }
+    Ok(held)
 }
 
 fn find_unfinished_in(
@@ -758,9 +843,7 @@ impl LeaseStore for SqliteStore {
     ) -> Result<Option<u64>, BoxError> {
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.query_row(
-                &sql.claim,
-                params![name, holder, instance, lease_ms],
+            conn.prepare_cached(&sql.claim)?.query_row(params![name, holder, instance, lease_ms],
                 |row| term_at(row, 0),
             )
             .optional()
@@ -771,16 +854,29 @@ impl LeaseStore for SqliteStore {
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.execute(&sql.renew, params![name, holder, lease_ms])
+            conn.prepare_cached(&sql.renew)?.execute(params![name, holder, lease_ms])
                 .map(|changed| changed > 0)
         })
         .await
     }
 
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        let leases: Vec<(String, String)> = leases
+            .iter()
+            .map(|(name, holder)| ((*name).to_owned(), (*holder).to_owned()))
+            .collect();
+        self.run(move |conn, sql| renew_many_in(conn, sql, &leases, lease_ms))
+            .await
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.query_row(&sql.verify, params![name, holder], |row| term_at(row, 0))
+            conn.prepare_cached(&sql.verify)?.query_row(params![name, holder], |row| term_at(row, 0))
                 .optional()
         })
         .await
@@ -789,7 +885,7 @@ impl LeaseStore for SqliteStore {
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.execute(&sql.release, params![name, holder])
+            conn.prepare_cached(&sql.release)?.execute(params![name, holder])
                 .map(|changed| changed > 0)
         })
         .await
@@ -857,9 +953,7 @@ impl LeaseStore for SqliteStore {
         };
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.execute(
-                &sql.claim_rerun,
-                params![name, term, holder, instance, lease_ms],
+            conn.prepare_cached(&sql.claim_rerun)?.execute(params![name, term, holder, instance, lease_ms],
             )
             .map(|changed| changed > 0)
         })
@@ -869,7 +963,7 @@ impl LeaseStore for SqliteStore {
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.query_row(&sql.last_slot, [name], |row| row.get(0))
+            conn.prepare_cached(&sql.last_slot)?.query_row([name], |row| row.get(0))
                 .optional()
         })
         .await
@@ -882,7 +976,7 @@ impl LeaseStore for SqliteStore {
         };
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.execute(&sql.force_release, params![name, term])
+            conn.prepare_cached(&sql.force_release)?.execute(params![name, term])
                 .map(|changed| changed > 0)
         })
         .await
@@ -890,14 +984,14 @@ impl LeaseStore for SqliteStore {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let name = name.to_owned();
-        self.run(move |conn, sql| conn.query_row(&sql.get, [name], info).optional())
+        self.run(move |conn, sql| conn.prepare_cached(&sql.get)?.query_row([name], info).optional())
             .await
     }
 
     async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
         let prefix = prefix.to_owned();
         self.run(move |conn, sql| {
-            let mut stmt = conn.prepare(&sql.list)?;
+            let mut stmt = conn.prepare_cached(&sql.list)?;
             let rows = stmt.query_map(params![prefix, limit], info)?;
             let mut infos = Vec::new();
             for row in rows {
@@ -913,7 +1007,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.run(|conn, _| conn.query_row(sql::SELECT_NOW, [], |row| row.get(0)))
+        self.run(|conn, _| conn.prepare_cached(sql::SELECT_NOW)?.query_row([], |row| row.get(0)))
             .await
     }
 
