@@ -16,7 +16,8 @@
 //!
 //! - the **operation** through `lease-core` (`Leases`, `Handle`) and the
 //!   backend's store: claim + release of distinct names (one per worker),
-//!   renew, a contended claim of one name (released at once when won), an
+//!   renew (each worker cycling over 32 leases, so every renewal writes),
+//!   a contended claim of one name (released at once when won), an
 //!   instant claim + finish, and a guarded transaction (one business
 //!   `UPDATE`);
 //! - the **hand-written SQL** of the same operation: the specification's
@@ -35,7 +36,7 @@
 use std::error::Error;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -60,6 +61,9 @@ const COUNTERS: &str = "lease_bench_counters";
 const POOL: usize = 32;
 /// The lease the hand-written statements grant, like the protocol's.
 const LEASE_MS: i64 = 15_000;
+
+/// The leases each worker of the renew cell cycles over.
+const RENEW_ROWS: usize = 32;
 
 const USAGE: &str = "usage: bench [--seconds N] [--concurrency 1,8,32] [URL...]";
 
@@ -585,29 +589,44 @@ async fn run_backend(target: Target, concurrency: &[usize], time: Duration) -> B
             note: "",
         });
 
-        // renew
+        // renew: each worker cycles over RENEW_ROWS leases of its own, so
+        // that a row is renewed again only after the others (milliseconds
+        // later): a second renewal of one row in the same millisecond
+        // writes the same expiry, which SQLite and MariaDB do not write at
+        // all, and would measure nothing.
         let mut handles = Vec::new();
         for w in 0..c {
-            let name = format!("bench:renew:{w}");
-            handles.push(target.leases.claim(&name).await?.ok_or("refused")?);
+            for r in 0..RENEW_ROWS {
+                let name = format!("bench:renew:{w}:{r}");
+                handles.push(target.leases.claim(&name).await?.ok_or("refused")?);
+            }
         }
         let handles = Arc::new(handles);
+        let turns: Arc<Vec<AtomicUsize>> = Arc::new((0..c).map(|_| AtomicUsize::new(0)).collect());
+        let next = move |turns: &[AtomicUsize], w: usize| -> usize {
+            let turn = turns.get(w).map_or(0, |t| t.fetch_add(1, Ordering::Relaxed));
+            w * RENEW_ROWS + turn % RENEW_ROWS
+        };
         let hs = handles.clone();
+        let ts = turns.clone();
         let lease = cell(c, time, move |w| {
             let hs = hs.clone();
+            let i = next(&ts, w);
             async move {
-                hs.get(w).ok_or("no handle")?.renew().await?;
+                hs.get(i).ok_or("no handle")?.renew().await?;
                 Ok(())
             }
         })
         .await;
         let t = target.clone();
         let hs = handles.clone();
+        let ts = turns.clone();
         let hand = cell(c, time, move |w| {
             let t = t.clone();
             let hs = hs.clone();
+            let i = next(&ts, w);
             async move {
-                let h = hs.get(w).ok_or("no handle")?;
+                let h = hs.get(i).ok_or("no handle")?;
                 // Not checked: without CLIENT_FOUND_ROWS, MySQL counts a
                 // renewal in the same millisecond as changing nothing.
                 t.exec(
