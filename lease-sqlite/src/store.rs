@@ -68,6 +68,11 @@ pub struct SqliteStore {
 }
 
 struct Inner {
+    /// The queue of the store's calls for the connection: first come, first
+    /// served, awaited on the async side, so a call waits without holding a
+    /// blocking thread and no caller starves behind later ones (a
+    /// `std::sync::Mutex` wakes waiters in no particular order).
+    queue: Arc<tokio::sync::Semaphore>,
     conn: Mutex<Connection>,
     /// Interrupts the statement running on `conn`: only ever used while a
     /// guarded transaction holds it (see [`TxControl`]).
@@ -254,6 +259,7 @@ impl SqliteStoreBuilder {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 interrupt: conn.get_interrupt_handle(),
+                queue: Arc::new(tokio::sync::Semaphore::new(1)),
                 conn: Mutex::new(conn),
                 sql: Statements::new(table),
                 path,
@@ -464,7 +470,13 @@ impl SqliteStore {
         let inner = Arc::clone(&self.inner);
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
+        // Never closed: the store owns the semaphore.
+        let turn = Arc::clone(&self.inner.queue)
+            .acquire_owned()
+            .await
+            .map_err(|_| BoxError::from("the SQLite store's queue is closed"))?;
         let task = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
             if abandoned.load(Ordering::SeqCst) {
                 return None;

@@ -191,7 +191,7 @@ impl Raw {
                 let sql = sql.to_owned();
                 let n = tokio::task::spawn_blocking(move || {
                     let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    let mut stmt = conn.prepare(&sql)?;
+                    let mut stmt = conn.prepare_cached(&sql)?;
                     match params {
                         Params::None => stmt.query_row([], |_| Ok(1usize)),
                         Params::Two(a, b) => stmt.execute(rusqlite::params![a, b]),
