@@ -44,7 +44,7 @@ use dblease::mysql::MySqlStore;
 use dblease::mysql::mysql_async::{self, prelude::Queryable};
 use dblease::postgres::PostgresStore;
 use dblease::postgres::deadpool_postgres;
-use dblease::sqlite::SqliteStore;
+use dblease::sqlite::{SqliteStore, Synchronous};
 use dblease::{CancellationToken, LeaseContext, Leases, UtcMillis};
 use lease_bench::stats::{Latency, Summary, ratio};
 use lease_bench::url::Backend;
@@ -65,7 +65,8 @@ const LEASE_MS: i64 = 15_000;
 /// The leases each worker of the renew cell cycles over.
 const RENEW_ROWS: usize = 32;
 
-const USAGE: &str = "usage: bench [--seconds N] [--concurrency 1,8,32] [URL...]";
+const USAGE: &str =
+    "usage: bench [--seconds N] [--concurrency 1,8,32] [--sqlite-synchronous full|normal] [URL...]";
 
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -91,6 +92,7 @@ async fn bench() -> BoxResult<()> {
     let mut seconds = 2.0f64;
     let mut concurrency = vec![1usize, 8, 32];
     let mut urls = Vec::new();
+    let mut synchronous = Synchronous::Full;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -102,6 +104,13 @@ async fn bench() -> BoxResult<()> {
                     .split(',')
                     .map(str::parse)
                     .collect::<Result<_, _>>()?;
+            }
+            "--sqlite-synchronous" => {
+                synchronous = match it.next().ok_or(USAGE)?.as_str() {
+                    "full" => Synchronous::Full,
+                    "normal" => Synchronous::Normal,
+                    other => return Err(format!("unknown synchronous {other}\n{USAGE}").into()),
+                };
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -124,7 +133,7 @@ async fn bench() -> BoxResult<()> {
          floors measured in the same run on the same pool: the operation's statements written by hand, and SELECT 1"
     );
     for url in &urls {
-        let target = Target::open(url).await?;
+        let target = Target::open(url, synchronous).await?;
         run_backend(target, &concurrency, cell).await?;
     }
     Ok(())
@@ -278,7 +287,7 @@ impl Sql {
 }
 
 impl Target {
-    async fn open(url: &str) -> BoxResult<Target> {
+    async fn open(url: &str, synchronous: Synchronous) -> BoxResult<Target> {
         let backend = Backend::of(url).ok_or("unrecognised URL scheme")?;
         let (leases, raw, guard, note) = match backend {
             Backend::Postgres => {
@@ -308,15 +317,26 @@ impl Target {
             }
             Backend::Sqlite => {
                 let path = sqlite_path(url).ok_or("the benchmark needs an SQLite file")?;
-                let store = SqliteStore::builder().path(&path).table(TABLE).open()?;
+                let store = SqliteStore::builder()
+                    .path(&path)
+                    .table(TABLE)
+                    .synchronous(synchronous)
+                    .open()?;
                 let conn = rusqlite::Connection::open(&path)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
+                // The floor runs at the store's durability.
+                conn.execute_batch(match synchronous {
+                    Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+                    _ => "PRAGMA synchronous = FULL",
+                })?;
                 (
                     Leases::new(store),
                     Raw::Sqlite(Arc::new(Mutex::new(conn))),
                     Guard::None,
-                    "SqliteStore, one connection; floors on a second connection to the same file"
-                        .to_owned(),
+                    format!(
+                        "SqliteStore, one connection, synchronous {synchronous:?}; \
+                         floors on a second connection to the same file, same pragmas"
+                    ),
                 )
             }
         };
