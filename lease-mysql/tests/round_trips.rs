@@ -67,7 +67,13 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     // A batch of renewals: one transaction, whatever its size.
     let names: Vec<String> = (0..100).map(|i| format!("b{i}")).collect();
     for name in &names {
-        assert!(store.claim(name, "h", "inst", 10_000).await.unwrap().is_some());
+        assert!(
+            store
+                .claim(name, "h", "inst", 10_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
     let mut batch: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "h")).collect();
     batch.push(("b0", "not-the-holder"));
@@ -77,7 +83,8 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
         store.renew_many(&batch, 10_000).await.unwrap()
     );
     assert_eq!(
-        n, 4,
+        n,
+        4,
         "START TRANSACTION, one UPDATE, one read, COMMIT: {:?}",
         proxy.commands()
     );

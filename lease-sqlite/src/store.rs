@@ -760,8 +760,9 @@ fn claim_slot_in(
         .optional()?;
     let outcome = match row {
         None => {
-            let inserted = tx.prepare_cached(&sql.slot_insert)?.execute(params![name, holder, instance, slot_ms, lease_ms],
-            )?;
+            let inserted = tx
+                .prepare_cached(&sql.slot_insert)?
+                .execute(params![name, holder, instance, slot_ms, lease_ms])?;
             if inserted == 1 {
                 SlotClaim::Claimed {
                     term: 1,
@@ -772,8 +773,9 @@ fn claim_slot_in(
             }
         }
         Some(row) if row.expired && slot_ms > row.slot_ms => {
-            let updated = tx.prepare_cached(&sql.slot_update)?.execute(params![name, holder, instance, slot_ms, lease_ms, row.term],
-            )?;
+            let updated = tx
+                .prepare_cached(&sql.slot_update)?
+                .execute(params![name, holder, instance, slot_ms, lease_ms, row.term])?;
             if updated == 1 {
                 let given_up = row.slot_ms != 0 && row.unfinished_slot_ms == row.slot_ms;
                 SlotClaim::Claimed {
@@ -875,10 +877,11 @@ impl LeaseStore for SqliteStore {
     ) -> Result<Option<u64>, BoxError> {
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.claim)?.query_row(params![name, holder, instance, lease_ms],
-                |row| term_at(row, 0),
-            )
-            .optional()
+            conn.prepare_cached(&sql.claim)?
+                .query_row(params![name, holder, instance, lease_ms], |row| {
+                    term_at(row, 0)
+                })
+                .optional()
         })
         .await
     }
@@ -886,7 +889,8 @@ impl LeaseStore for SqliteStore {
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.renew)?.execute(params![name, holder, lease_ms])
+            conn.prepare_cached(&sql.renew)?
+                .execute(params![name, holder, lease_ms])
                 .map(|changed| changed > 0)
         })
         .await
@@ -908,7 +912,8 @@ impl LeaseStore for SqliteStore {
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.verify)?.query_row(params![name, holder], |row| term_at(row, 0))
+            conn.prepare_cached(&sql.verify)?
+                .query_row(params![name, holder], |row| term_at(row, 0))
                 .optional()
         })
         .await
@@ -917,7 +922,8 @@ impl LeaseStore for SqliteStore {
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.release)?.execute(params![name, holder])
+            conn.prepare_cached(&sql.release)?
+                .execute(params![name, holder])
                 .map(|changed| changed > 0)
         })
         .await
@@ -985,9 +991,9 @@ impl LeaseStore for SqliteStore {
         };
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.claim_rerun)?.execute(params![name, term, holder, instance, lease_ms],
-            )
-            .map(|changed| changed > 0)
+            conn.prepare_cached(&sql.claim_rerun)?
+                .execute(params![name, term, holder, instance, lease_ms])
+                .map(|changed| changed > 0)
         })
         .await
     }
@@ -995,7 +1001,8 @@ impl LeaseStore for SqliteStore {
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.last_slot)?.query_row([name], |row| row.get(0))
+            conn.prepare_cached(&sql.last_slot)?
+                .query_row([name], |row| row.get(0))
                 .optional()
         })
         .await
@@ -1008,7 +1015,8 @@ impl LeaseStore for SqliteStore {
         };
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.force_release)?.execute(params![name, term])
+            conn.prepare_cached(&sql.force_release)?
+                .execute(params![name, term])
                 .map(|changed| changed > 0)
         })
         .await
@@ -1016,8 +1024,12 @@ impl LeaseStore for SqliteStore {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let name = name.to_owned();
-        self.run(move |conn, sql| conn.prepare_cached(&sql.get)?.query_row([name], info).optional())
-            .await
+        self.run(move |conn, sql| {
+            conn.prepare_cached(&sql.get)?
+                .query_row([name], info)
+                .optional()
+        })
+        .await
     }
 
     async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
@@ -1039,8 +1051,11 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.run(|conn, _| conn.prepare_cached(sql::SELECT_NOW)?.query_row([], |row| row.get(0)))
-            .await
+        self.run(|conn, _| {
+            conn.prepare_cached(sql::SELECT_NOW)?
+                .query_row([], |row| row.get(0))
+        })
+        .await
     }
 
     /// Inspects the table before anything else, so that an existing table

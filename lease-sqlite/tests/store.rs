@@ -954,7 +954,13 @@ async fn a_batch_of_renewals_is_one_commit() {
     let store = migrated(&path).await;
     let names: Vec<String> = (0..50).map(|i| format!("batch-{i}")).collect();
     for name in &names {
-        assert!(store.claim(name, "h", "i", LEASE_MS).await.unwrap().is_some());
+        assert!(
+            store
+                .claim(name, "h", "i", LEASE_MS)
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
     let mut batch: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "h")).collect();
     batch.push(("batch-0", "not-the-holder"));

@@ -624,7 +624,9 @@ async fn run_backend(target: Target, concurrency: &[usize], time: Duration) -> B
         let handles = Arc::new(handles);
         let turns: Arc<Vec<AtomicUsize>> = Arc::new((0..c).map(|_| AtomicUsize::new(0)).collect());
         let next = move |turns: &[AtomicUsize], w: usize| -> usize {
-            let turn = turns.get(w).map_or(0, |t| t.fetch_add(1, Ordering::Relaxed));
+            let turn = turns
+                .get(w)
+                .map_or(0, |t| t.fetch_add(1, Ordering::Relaxed));
             w * RENEW_ROWS + turn % RENEW_ROWS
         };
         let hs = handles.clone();
