@@ -1326,17 +1326,17 @@ mod tests {
                 Err(e) => refused.push(format!("error: {e}")),
             }
         }
-        setup
+        // Best effort: a rival that failed left its transaction to the pool.
+        let _ = setup
             .query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
-            .await
-            .unwrap();
-        assert!(
-            refused.iter().all(|r| r == "None"),
-            "every rival's claim is refused at once, none waits on another: {refused:?}"
-        );
+            .await;
         assert!(
             matches!(renewed, Ok(true)),
             "the holder renews while the rivals' transactions are open: {renewed:?}"
+        );
+        assert!(
+            refused.iter().all(|r| r == "None"),
+            "every rival's claim is refused at once, none waits on another: {refused:?}"
         );
     }
 
