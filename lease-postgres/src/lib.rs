@@ -13,7 +13,7 @@ pub use error::PostgresError;
 pub use sql::DEFAULT_TABLE;
 pub use store::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStore,
-    PostgresStoreBuilder,
+    PostgresStoreBuilder, StatementMode,
 };
 pub use tls::SslMode;
 pub use transaction::{BoxFuture, TransactionError};
