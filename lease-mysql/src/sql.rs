@@ -27,33 +27,37 @@ const TABLE: &str = "{table}";
 /// The clock read: `SELECT <now>`.
 pub(crate) const NOW: &str = concat!("SELECT ", now_ms!());
 
-/// Claim, with the insert when there is no row, in one statement.
-///
-/// The assignments of `ON DUPLICATE KEY UPDATE` run left to right and each
-/// sees the values set before it, so `expires_at_ms` comes last: every
-/// condition reads the old expiry. `LAST_INSERT_ID(1)` in the inserted row is
-/// evaluated whether or not the row exists; on a duplicate the update sets it
-/// again, to the new term when the lease was free and to 0 when it is held.
-pub(crate) const CLAIM: &str = concat!(
+/// The read of a claim: a plain (consistent, non-locking) read, so a claim
+/// refused because the name is held takes no row lock and waits on none:
+/// rivals of a held name neither queue on its row nor hold up its holder's
+/// renewals.
+pub(crate) const CLAIM_READ: &str = concat!(
+    "SELECT term, expires_at_ms <= ",
+    now_ms!(),
+    " FROM {table} WHERE name = :name"
+);
+
+/// The write of a claim over a row read free with `:term`: the term check
+/// makes it refuse when someone else took the name since the read (the
+/// expiry is checked again by the statement's own clock).
+pub(crate) const CLAIM_TAKE: &str = concat!(
+    "UPDATE {table} SET holder = :holder, instance = :instance, term = LAST_INSERT_ID(term + 1), ",
+    "expires_at_ms = ",
+    now_ms!(),
+    " + :lease_ms ",
+    "WHERE name = :name AND term = :term AND expires_at_ms <= ",
+    now_ms!()
+);
+
+/// The insert of a claim when the read found no row: 1 inserted, 0 when
+/// someone inserted the name first (the duplicate's update changes nothing
+/// but resets the id; the claim then reads the row again).
+pub(crate) const CLAIM_INSERT: &str = concat!(
     "INSERT INTO {table} (name, holder, instance, term, expires_at_ms, slot_ms, unfinished_slot_ms, rerun_slot_ms) ",
     "VALUES (:name, :holder, :instance, LAST_INSERT_ID(1), ",
     now_ms!(),
     " + :lease_ms, 0, 0, 0) ",
-    "ON DUPLICATE KEY UPDATE ",
-    "holder = IF(expires_at_ms <= ",
-    now_ms!(),
-    ", :holder, holder), ",
-    "instance = IF(expires_at_ms <= ",
-    now_ms!(),
-    ", :instance, instance), ",
-    "term = IF(expires_at_ms <= ",
-    now_ms!(),
-    ", LAST_INSERT_ID(term + 1), term + LAST_INSERT_ID(0)), ",
-    "expires_at_ms = IF(expires_at_ms <= ",
-    now_ms!(),
-    ", ",
-    now_ms!(),
-    " + :lease_ms, expires_at_ms)"
+    "ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0)"
 );
 
 /// Renewal: `LAST_INSERT_ID(term)` reports the match.
@@ -64,6 +68,13 @@ pub(crate) const RENEW: &str = concat!(
     "WHERE name = :name AND holder = :holder AND expires_at_ms > ",
     now_ms!()
 );
+
+/// The head of a batch renewal; the filter of
+/// [`Statements::renew_many`] follows.
+const RENEW_MANY_HEAD: &str = concat!("UPDATE {table} SET expires_at_ms = ", now_ms!(), " + ?");
+
+/// The head of the read after a batch renewal: the same filter follows.
+const RENEW_MANY_READ: &str = "SELECT name, holder FROM {table}";
 
 /// Verify.
 pub(crate) const VERIFY: &str = concat!(
@@ -200,7 +211,9 @@ pub(crate) const LIST: &str = concat!(
 /// The statements of one table, rendered once.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    pub(crate) claim: String,
+    pub(crate) claim_read: String,
+    pub(crate) claim_take: String,
+    pub(crate) claim_insert: String,
     pub(crate) renew: String,
     pub(crate) verify: String,
     pub(crate) verify_locked: String,
@@ -216,6 +229,7 @@ pub(crate) struct Statements {
     pub(crate) force_release: String,
     pub(crate) list: String,
     find_head: String,
+    quoted: String,
     pub(crate) create_table: String,
 }
 
@@ -224,7 +238,9 @@ impl Statements {
     pub(crate) fn new(quoted: &str) -> Self {
         let r = |template: &str| template.replace(TABLE, quoted);
         Statements {
-            claim: r(CLAIM),
+            claim_read: r(CLAIM_READ),
+            claim_take: r(CLAIM_TAKE),
+            claim_insert: r(CLAIM_INSERT),
             renew: r(RENEW),
             verify: r(VERIFY),
             verify_locked: r(VERIFY_LOCKED),
@@ -240,8 +256,30 @@ impl Statements {
             force_release: r(FORCE_RELEASE),
             list: r(LIST),
             find_head: r(FIND_HEAD),
+            quoted: quoted.to_owned(),
             create_table: r(crate::schema::CREATE_TABLE),
         }
+    }
+
+    /// The batch renewal of `slots` leases, and the read of which are held
+    /// after it: positional placeholders, the lease length first in the
+    /// update, then `slots` names (so the primary key bounds the rows
+    /// touched), then `slots` (name, holder) pairs.
+    pub(crate) fn renew_many(&self, slots: usize) -> (String, String) {
+        let mut filter = String::with_capacity(16 * slots);
+        filter.push_str(" WHERE name IN (");
+        for i in 0..slots {
+            filter.push_str(if i == 0 { "?" } else { ", ?" });
+        }
+        filter.push_str(") AND (name, holder) IN (");
+        for i in 0..slots {
+            filter.push_str(if i == 0 { "(?, ?)" } else { ", (?, ?)" });
+        }
+        filter.push_str(") AND expires_at_ms > ");
+        filter.push_str(now_ms!());
+        let update = format!("{}{filter}", RENEW_MANY_HEAD.replace(TABLE, &self.quoted));
+        let read = format!("{}{filter}", RENEW_MANY_READ.replace(TABLE, &self.quoted));
+        (update, read)
     }
 
     /// The search for `slots` names: `slots` positional placeholders. The
@@ -297,7 +335,9 @@ mod tests {
     fn every_statement_is_rendered_with_the_table_and_nothing_else() {
         let s = Statements::new("`t1`");
         for sql in [
-            &s.claim,
+            &s.claim_read,
+            &s.claim_take,
+            &s.claim_insert,
             &s.renew,
             &s.verify,
             &s.verify_locked,
@@ -316,17 +356,17 @@ mod tests {
             assert!(sql.contains("`t1`"), "{sql}");
             assert!(!sql.contains('{'), "{sql}");
         }
+        let (update, read) = s.renew_many(2);
+        assert!(
+            update.contains("`t1`") && read.contains("`t1`"),
+            "{update} {read}"
+        );
+        assert!(
+            update.contains("name IN (?, ?) AND (name, holder) IN ((?, ?), (?, ?))"),
+            "{update}"
+        );
         let find = s.find_unfinished(3);
         assert!(find.contains("IN (?, ?, ?)"), "{find}");
-    }
-
-    #[test]
-    fn claim_writes_the_expiry_last_so_every_condition_reads_the_old_one() {
-        let update = CLAIM.split("ON DUPLICATE KEY UPDATE").nth(1).unwrap_or("");
-        let holder = update.find("holder =").unwrap_or(usize::MAX);
-        let term = update.find("term =").unwrap_or(usize::MAX);
-        let expiry = update.find("expires_at_ms = IF").unwrap_or(0);
-        assert!(holder < expiry && term < expiry, "{update}");
     }
 
     #[test]

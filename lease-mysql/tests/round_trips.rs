@@ -35,7 +35,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
 
     let (n, _) = count!("now", store.now_ms().await.unwrap());
     assert_eq!(n, 1);
-    // claim of a free name: insert, then takeover of a released one.
+    // claim of a free name: read + insert, then takeover of a released one.
     let mut i = 0;
     let (n, term) = count!("claim (insert)", {
         i += 1;
@@ -44,9 +44,9 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
             .await
             .unwrap()
     });
-    assert_eq!((n, term), (1, Some(1)));
+    assert_eq!((n, term), (2, Some(1)), "read + insert");
     let (n, term) = count!(
-        "claim (held: refused)",
+        "claim (held: refused on the read)",
         store.claim("c1", "x", "inst", 10_000).await.unwrap()
     );
     assert_eq!((n, term), (1, None));
@@ -61,8 +61,36 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
         store.claim("c1", "h", "inst", 10_000).await.unwrap()
     });
     // The release inside the block is counted too.
-    assert_eq!(n, 2);
+    assert_eq!(n, 3, "release + read + update");
     assert!(term.is_some());
+
+    // A batch of renewals: one transaction, whatever its size.
+    let names: Vec<String> = (0..100).map(|i| format!("b{i}")).collect();
+    for name in &names {
+        assert!(
+            store
+                .claim(name, "h", "inst", 10_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    let mut batch: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "h")).collect();
+    batch.push(("b0", "not-the-holder"));
+    batch.push(("never-claimed", "h"));
+    let (n, held) = count!(
+        "renew_many (102 leases)",
+        store.renew_many(&batch, 10_000).await.unwrap()
+    );
+    assert_eq!(
+        n,
+        4,
+        "START TRANSACTION, one UPDATE, one read, COMMIT: {:?}",
+        proxy.commands()
+    );
+    let mut expected = vec![true; 100];
+    expected.extend([false, false]);
+    assert_eq!(held, expected);
 
     let mut slot = 1_000;
     let (n, _) = count!("claim_slot (new name: read + insert)", {

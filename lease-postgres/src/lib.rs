@@ -14,7 +14,7 @@ pub use lease_core::{BoxFuture, GuardError, GuardStatement};
 pub use sql::DEFAULT_TABLE;
 pub use store::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStore,
-    PostgresStoreBuilder,
+    PostgresStoreBuilder, StatementMode,
 };
 pub use tls::SslMode;
 

@@ -23,9 +23,11 @@
 use deadpool_postgres::Pool;
 use lease_core::BoxError;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 
 use crate::error::PostgresError;
 use crate::sql::{MIGRATE_LOCK, Statements, TABLE_COLUMNS};
+use crate::store::{StatementMode, query};
 
 /// The columns the statements read and write.
 const COLUMNS: [&str; 8] = [
@@ -60,21 +62,32 @@ pub(crate) fn migrate_lock_key(quoted_table: &str) -> i64 {
 }
 
 /// Creates the lease table unless it exists. See the module docs.
-pub(crate) async fn migrate(pool: &Pool, sql: &Statements) -> Result<(), BoxError> {
+pub(crate) async fn migrate(
+    pool: &Pool,
+    sql: &Statements,
+    mode: StatementMode,
+) -> Result<(), BoxError> {
     let mut client = pool.get().await?;
     let quoted = sql.table.quoted();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let columns = client.prepare_cached(TABLE_COLUMNS).await?;
-        let rows = client.query(&columns, &[&quoted]).await?;
+        let rows = query(&client, mode, TABLE_COLUMNS, &[(&quoted, Type::TEXT)]).await?;
         if !rows.is_empty() {
             return check_columns(&rows, sql);
         }
         let created = async {
             let tx = client.transaction().await?;
-            let lock = tx.prepare_cached(MIGRATE_LOCK).await?;
-            tx.execute(&lock, &[&migrate_lock_key(quoted)]).await?;
+            let key = migrate_lock_key(quoted);
+            match mode {
+                StatementMode::Unnamed => {
+                    tx.query_typed(MIGRATE_LOCK, &[(&key, Type::INT8)]).await?;
+                }
+                StatementMode::Prepared => {
+                    let lock = tx.prepare_cached(MIGRATE_LOCK).await?;
+                    tx.execute(&lock, &[&key]).await?;
+                }
+            }
             tx.batch_execute(&sql.create_table).await?;
             tx.commit().await
         }

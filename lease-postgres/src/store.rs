@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use futures_util::StreamExt;
 use lease_core::{
     BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
     UnfinishedRow,
 };
 use rustls::RootCertStore;
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{NoTls, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::PostgresError;
@@ -88,6 +90,27 @@ pub(crate) struct Inner {
     /// How to reach the server to cancel a statement of an abandoned
     /// guarded transaction.
     pub(crate) cancel: CancelTls,
+    /// How the store's own protocol statements are sent.
+    pub(crate) statement_mode: StatementMode,
+}
+
+/// How a [`PostgresStore`] sends its protocol statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StatementMode {
+    /// Named prepared statements, prepared once per connection and cached
+    /// (the default): each later use is one round trip with the statement's
+    /// name. They live on the server connection that prepared them, so they
+    /// break behind a pooler that hands each transaction another server
+    /// connection (PgBouncer in transaction pooling mode before 1.21).
+    #[default]
+    Prepared,
+    /// Unnamed statements with typed parameters (`query_typed`): parse,
+    /// bind and execute in one round trip, nothing left on the server
+    /// connection, so the store works behind PgBouncer in transaction
+    /// pooling mode. The server parses and plans every statement. URL
+    /// parameter `statement_mode=unnamed`.
+    Unnamed,
 }
 
 /// The TLS of a cancel request: the same as the connection's.
@@ -192,6 +215,7 @@ struct UrlConfig {
     config: tokio_postgres::Config,
     ssl_mode: SslMode,
     root_cert: Option<PathBuf>,
+    statement_mode: Option<StatementMode>,
 }
 
 /// Builds a [`PostgresStore`]: from a URL ([`PostgresStore::builder`]) or
@@ -212,6 +236,7 @@ pub struct PostgresStoreBuilder {
     connect_timeout: Option<Duration>,
     ssl_mode: Option<SslMode>,
     roots: Option<RootCertStore>,
+    statement_mode: Option<StatementMode>,
 }
 
 impl fmt::Debug for PostgresStoreBuilder {
@@ -229,6 +254,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("ssl_mode", &self.ssl_mode)
             .field("custom_roots", &self.roots.as_ref().map(RootCertStore::len))
+            .field("statement_mode", &self.statement_mode)
             .finish()
     }
 }
@@ -243,7 +269,18 @@ impl PostgresStoreBuilder {
             connect_timeout: None,
             ssl_mode: None,
             roots: None,
+            statement_mode: None,
         }
+    }
+
+    /// Sets how the store sends its protocol statements (default
+    /// [`StatementMode::Prepared`], or the URL's `statement_mode`
+    /// parameter). Behind PgBouncer in transaction pooling mode, use
+    /// [`StatementMode::Unnamed`]. It applies to a pool given with
+    /// [`from_pool`](Self::from_pool) too.
+    pub fn with_statement_mode(mut self, mode: StatementMode) -> Self {
+        self.statement_mode = Some(mode);
+        self
     }
 
     /// A builder for a store on `pool`, an application's own deadpool: the
@@ -333,6 +370,7 @@ impl PostgresStoreBuilder {
                     None,
                     None,
                     CancelTls::Unknown,
+                    self.statement_mode.unwrap_or_default(),
                 ));
             }
             Source::Url(url) => url,
@@ -341,7 +379,12 @@ impl PostgresStoreBuilder {
             mut config,
             ssl_mode: url_mode,
             root_cert,
+            statement_mode: url_statement_mode,
         } = *url;
+        let statement_mode = self
+            .statement_mode
+            .or(url_statement_mode)
+            .unwrap_or_default();
         let mode = self.ssl_mode.unwrap_or(url_mode);
         config.ssl_mode(mode.driver_mode());
         let connect_timeout = self
@@ -399,6 +442,7 @@ impl PostgresStoreBuilder {
             self.statement_timeout,
             Some(target),
             cancel,
+            statement_mode,
         ))
     }
 
@@ -468,7 +512,14 @@ impl PostgresStore {
     /// table, and for the `statement_timeout` such a pool should set.
     pub fn from_pool(pool: Pool) -> Self {
         let sql = Statements::new(Table::default_table());
-        Self::assemble(pool, sql, None, None, CancelTls::Unknown)
+        Self::assemble(
+            pool,
+            sql,
+            None,
+            None,
+            CancelTls::Unknown,
+            StatementMode::default(),
+        )
     }
 
     fn assemble(
@@ -477,6 +528,7 @@ impl PostgresStore {
         statement_timeout: Option<Duration>,
         target: Option<Target>,
         cancel: CancelTls,
+        statement_mode: StatementMode,
     ) -> Self {
         PostgresStore {
             inner: Arc::new(Inner {
@@ -485,6 +537,7 @@ impl PostgresStore {
                 statement_timeout,
                 target,
                 cancel,
+                statement_mode,
             }),
         }
     }
@@ -506,7 +559,7 @@ impl PostgresStore {
     ///
     /// Cancel safe: the table is either created or not.
     pub async fn migrate(&self) -> lease_core::Result<()> {
-        schema::migrate(&self.inner.pool, &self.inner.sql)
+        schema::migrate(&self.inner.pool, &self.inner.sql, self.inner.statement_mode)
             .await
             .map_err(|source| lease_core::Error::Database {
                 op: lease_core::Op::Migrate,
@@ -531,6 +584,71 @@ impl PostgresStore {
     async fn client(&self) -> Result<Object, BoxError> {
         Ok(self.inner.pool.get().await?)
     }
+
+    /// Runs `sql` with typed `params` and returns its rows, as the
+    /// [statement mode](StatementMode) says.
+    async fn rows(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, BoxError> {
+        let client = self.client().await?;
+        Ok(query(&client, self.inner.statement_mode, sql, params).await?)
+    }
+
+    /// The first row of [`rows`](Self::rows), if any (the protocol's
+    /// statements return at most one where this is used).
+    async fn row(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<Row>, BoxError> {
+        Ok(self.rows(sql, params).await?.into_iter().next())
+    }
+
+    /// Runs `sql` with typed `params` and returns the rows it changed.
+    async fn affected(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, BoxError> {
+        let client = self.client().await?;
+        match self.inner.statement_mode {
+            StatementMode::Unnamed => {
+                let stream = client
+                    .query_typed_raw(sql, params.iter().map(|(v, t)| (*v, t.clone())))
+                    .await?;
+                let mut stream = std::pin::pin!(stream);
+                while let Some(row) = stream.next().await {
+                    row?;
+                }
+                Ok(stream.rows_affected().unwrap_or(0))
+            }
+            StatementMode::Prepared => {
+                let stmt = client.prepare_cached(sql).await?;
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                Ok(client.execute(&stmt, &values).await?)
+            }
+        }
+    }
+}
+
+/// Runs `sql` on `client` with typed `params`, as `mode` says: a named
+/// statement prepared once and cached, or an unnamed one.
+pub(crate) async fn query(
+    client: &deadpool_postgres::ClientWrapper,
+    mode: StatementMode,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    match mode {
+        StatementMode::Unnamed => client.query_typed(sql, params).await,
+        StatementMode::Prepared => {
+            let stmt = client.prepare_cached(sql).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+            client.query(&stmt, &values).await
+        }
+    }
 }
 
 /// A term as the database stores it (`bigint`) to the protocol's `u64`.
@@ -549,19 +667,33 @@ impl LeaseStore for PostgresStore {
         lease_ms: i64,
     ) -> Result<Option<u64>, BoxError> {
         let holder = Token(holder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.claim).await?;
-        let row = client
-            .query_opt(&stmt, &[&name, &holder, &instance, &lease_ms])
+        let row = self
+            .row(
+                &self.inner.sql.claim,
+                &[
+                    (&name, Type::TEXT),
+                    (&holder, Type::TEXT),
+                    (&instance, Type::TEXT),
+                    (&lease_ms, Type::INT8),
+                ],
+            )
             .await?;
         row.map(|row| term(row.try_get(0)?)).transpose()
     }
 
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
         let holder = Token(holder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.renew).await?;
-        Ok(client.execute(&stmt, &[&name, &holder, &lease_ms]).await? == 1)
+        let renewed = self
+            .affected(
+                &self.inner.sql.renew,
+                &[
+                    (&name, Type::TEXT),
+                    (&holder, Type::TEXT),
+                    (&lease_ms, Type::INT8),
+                ],
+            )
+            .await?;
+        Ok(renewed == 1)
     }
 
     async fn renew_many(
@@ -571,9 +703,16 @@ impl LeaseStore for PostgresStore {
     ) -> Result<Vec<bool>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
         let holders: Vec<Token<'_>> = leases.iter().map(|(_, holder)| Token(holder)).collect();
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.renew_many).await?;
-        let rows = client.query(&stmt, &[&names, &holders, &lease_ms]).await?;
+        let rows = self
+            .rows(
+                &self.inner.sql.renew_many,
+                &[
+                    (&names, Type::TEXT_ARRAY),
+                    (&holders, Type::TEXT_ARRAY),
+                    (&lease_ms, Type::INT8),
+                ],
+            )
+            .await?;
         let mut renewed = std::collections::HashSet::with_capacity(rows.len());
         for row in &rows {
             let name: &str = row.try_get(0)?;
@@ -585,17 +724,24 @@ impl LeaseStore for PostgresStore {
 
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         let holder = Token(holder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.verify).await?;
-        let row = client.query_opt(&stmt, &[&name, &holder]).await?;
+        let row = self
+            .row(
+                &self.inner.sql.verify,
+                &[(&name, Type::TEXT), (&holder, Type::TEXT)],
+            )
+            .await?;
         row.map(|row| term(row.try_get(0)?)).transpose()
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
         let holder = Token(holder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.release).await?;
-        Ok(client.execute(&stmt, &[&name, &holder]).await? == 1)
+        let released = self
+            .affected(
+                &self.inner.sql.release,
+                &[(&name, Type::TEXT), (&holder, Type::TEXT)],
+            )
+            .await?;
+        Ok(released == 1)
     }
 
     async fn claim_slot(
@@ -607,10 +753,17 @@ impl LeaseStore for PostgresStore {
         lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
         let holder = Token(holder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.claim_slot).await?;
-        let Some(row) = client
-            .query_opt(&stmt, &[&name, &holder, &instance, &slot_ms, &lease_ms])
+        let Some(row) = self
+            .row(
+                &self.inner.sql.claim_slot,
+                &[
+                    (&name, Type::TEXT),
+                    (&holder, Type::TEXT),
+                    (&instance, Type::TEXT),
+                    (&slot_ms, Type::INT8),
+                    (&lease_ms, Type::INT8),
+                ],
+            )
             .await?
         else {
             return Ok(SlotClaim::Refused);
@@ -642,10 +795,16 @@ impl LeaseStore for PostgresStore {
         passed_ms: i64,
     ) -> Result<Finished, BoxError> {
         let holder = holder.map(Token);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.finish).await?;
-        let row = client
-            .query_opt(&stmt, &[&name, &holder, &slot_ms, &passed_ms])
+        let row = self
+            .row(
+                &self.inner.sql.finish,
+                &[
+                    (&name, Type::TEXT),
+                    (&holder, Type::TEXT),
+                    (&slot_ms, Type::INT8),
+                    (&passed_ms, Type::INT8),
+                ],
+            )
             .await?;
         Ok(match row {
             None => Finished::NotRecorded,
@@ -655,11 +814,12 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&self.inner.sql.find_unfinished)
+        let rows = self
+            .rows(
+                &self.inner.sql.find_unfinished,
+                &[(&names, Type::TEXT_ARRAY)],
+            )
             .await?;
-        let rows = client.query(&stmt, &[&names]).await?;
         rows.iter()
             .map(|row| {
                 Ok(UnfinishedRow {
@@ -684,18 +844,25 @@ impl LeaseStore for PostgresStore {
             return Ok(false);
         };
         let holder = Token(holder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.claim_rerun).await?;
-        Ok(client
-            .execute(&stmt, &[&name, &term, &holder, &instance, &lease_ms])
-            .await?
-            == 1)
+        let claimed = self
+            .affected(
+                &self.inner.sql.claim_rerun,
+                &[
+                    (&name, Type::TEXT),
+                    (&term, Type::INT8),
+                    (&holder, Type::TEXT),
+                    (&instance, Type::TEXT),
+                    (&lease_ms, Type::INT8),
+                ],
+            )
+            .await?;
+        Ok(claimed == 1)
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.last_slot).await?;
-        let row = client.query_opt(&stmt, &[&name]).await?;
+        let row = self
+            .row(&self.inner.sql.last_slot, &[(&name, Type::TEXT)])
+            .await?;
         Ok(row.map(|row| row.try_get(0)).transpose()?)
     }
 
@@ -704,22 +871,29 @@ impl LeaseStore for PostgresStore {
         let Ok(term) = i64::try_from(term) else {
             return Ok(false);
         };
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.force_release).await?;
-        Ok(client.execute(&stmt, &[&name, &term]).await? == 1)
+        let freed = self
+            .affected(
+                &self.inner.sql.force_release,
+                &[(&name, Type::TEXT), (&term, Type::INT8)],
+            )
+            .await?;
+        Ok(freed == 1)
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.get).await?;
-        let row = client.query_opt(&stmt, &[&name]).await?;
+        let row = self
+            .row(&self.inner.sql.get, &[(&name, Type::TEXT)])
+            .await?;
         row.as_ref().map(info).transpose()
     }
 
     async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&self.inner.sql.list).await?;
-        let rows = client.query(&stmt, &[&prefix, &i64::from(limit)]).await?;
+        let rows = self
+            .rows(
+                &self.inner.sql.list,
+                &[(&prefix, Type::TEXT), (&i64::from(limit), Type::INT8)],
+            )
+            .await?;
         let mut infos = Vec::with_capacity(rows.len());
         for row in &rows {
             let info = info(row)?;
@@ -732,13 +906,15 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql::NOW).await?;
-        Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
+        let row = self
+            .row(sql::NOW, &[])
+            .await?
+            .ok_or("the clock read returned no row")?;
+        Ok(row.try_get(0)?)
     }
 
     async fn migrate(&self) -> Result<(), BoxError> {
-        schema::migrate(&self.inner.pool, &self.inner.sql).await
+        schema::migrate(&self.inner.pool, &self.inner.sql, self.inner.statement_mode).await
     }
 
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
@@ -794,6 +970,7 @@ fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
     let mut kept = Vec::new();
     let mut ssl_mode = SslMode::default();
     let mut root_cert = None;
+    let mut statement_mode = None;
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match percent_decode(key).as_deref() {
@@ -807,6 +984,17 @@ fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
                     invalid("sslrootcert is not valid percent-encoded UTF-8".into())
                 })?;
                 root_cert = Some(PathBuf::from(value));
+            }
+            Some("statement_mode") => {
+                statement_mode = Some(match percent_decode(value).as_deref() {
+                    Some("prepared") => StatementMode::Prepared,
+                    Some("unnamed") => StatementMode::Unnamed,
+                    _ => {
+                        return Err(invalid(
+                            "statement_mode must be prepared or unnamed".to_owned(),
+                        ));
+                    }
+                });
             }
             _ => kept.push(pair),
         }
@@ -825,6 +1013,7 @@ fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
         config,
         ssl_mode,
         root_cert,
+        statement_mode,
     })
 }
 
@@ -849,6 +1038,21 @@ fn percent_decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_statement_mode_comes_from_the_url_and_is_not_passed_on() {
+        let url =
+            parse_url("postgres://u@h:6432/d?statement_mode=unnamed&application_name=svc").unwrap();
+        assert_eq!(url.statement_mode, Some(StatementMode::Unnamed));
+        assert_eq!(url.config.get_application_name(), Some("svc"));
+        let url = parse_url("postgres://u@h/d?statement_mode=prepared").unwrap();
+        assert_eq!(url.statement_mode, Some(StatementMode::Prepared));
+        assert_eq!(parse_url("postgres://u@h/d").unwrap().statement_mode, None);
+        assert!(matches!(
+            parse_url("postgres://u@h/d?statement_mode=simple"),
+            Err(PostgresError::InvalidUrl { .. })
+        ));
+    }
 
     #[test]
     fn urls_of_both_schemes_parse_with_the_usual_parameters() {

@@ -7,7 +7,7 @@ mod sql;
 mod store;
 
 pub use error::SqliteError;
-pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder};
+pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder, Synchronous};
 
 /// The rusqlite this crate is built on: the types a
 /// [guarded transaction](SqliteStore::transaction)'s work receives.

@@ -31,6 +31,12 @@ pub(crate) const SELECT_NOW: &str = "SELECT CAST(ROUND(unixepoch('subsec') * 100
 /// Asks for write-ahead logging; answers the journal mode in effect.
 pub(crate) const JOURNAL_MODE_WAL: &str = "PRAGMA journal_mode = WAL";
 
+/// Each commit synced (the default).
+pub(crate) const SYNCHRONOUS_FULL: &str = "PRAGMA synchronous = FULL";
+
+/// Commits synced at checkpoints only: see `Synchronous::Normal`.
+pub(crate) const SYNCHRONOUS_NORMAL: &str = "PRAGMA synchronous = NORMAL";
+
 /// A validated table name, with its quoted form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Table {
@@ -237,6 +243,23 @@ fn finish(t: &str) -> String {
 
 /// Find the unfinished instants of `count` names (`count >= 1`) in one
 /// statement: `name IN (?1, ..., ?count)`.
+/// The batch renewal of `count` leases: `?1` the lease length, then
+/// (name, holder) pairs; `RETURNING` names the rows renewed.
+pub(crate) fn renew_many(t: &str, count: usize) -> String {
+    let mut pairs = String::with_capacity(12 * count);
+    for i in 0..count {
+        if i > 0 {
+            pairs.push_str(", ");
+        }
+        pairs.push_str(&format!("(?{}, ?{})", 2 + 2 * i, 3 + 2 * i));
+    }
+    format!(
+        "UPDATE {t} SET expires_at_ms = {NOW} + ?1 \
+          WHERE (name, holder) IN (VALUES {pairs}) AND expires_at_ms > {NOW} \
+         RETURNING name, holder"
+    )
+}
+
 pub(crate) fn find_unfinished(t: &str, count: usize) -> String {
     let mut placeholders = String::with_capacity(count * 6);
     for i in 1..=count {

@@ -29,6 +29,9 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// one statement per this many names, all on the same call.
 const MAX_NAMES_PER_STATEMENT: usize = 32_000;
 
+/// The most leases one batch renewal statement binds (two parameters each).
+const MAX_RENEWALS_PER_STATEMENT: usize = 8_192;
+
 /// A [`LeaseStore`] on an SQLite database: a file, or memory.
 ///
 /// The store owns **one** connection, used off the async runtime (every call
@@ -65,6 +68,13 @@ pub struct SqliteStore {
 }
 
 struct Inner {
+    /// The queue of the store's calls for the connection: one thread of the
+    /// store's own runs them first come, first served and back to back, so
+    /// no caller starves behind later ones (a `std::sync::Mutex` wakes
+    /// waiters in no particular order) and no call waits on a blocking
+    /// thread of its own. Guarded transactions take the connection's lock
+    /// from tokio's blocking pool instead.
+    queue: std::sync::mpsc::Sender<Job>,
     conn: Mutex<Connection>,
     /// Interrupts the statement running on `conn`: only ever used while a
     /// guarded transaction holds it (see [`TxControl`]).
@@ -107,7 +117,31 @@ pub struct SqliteStoreBuilder {
     database: Option<Database>,
     table: String,
     busy_timeout: Duration,
+    synchronous: Synchronous,
 }
+
+/// How hard SQLite makes each commit durable on a file (`PRAGMA
+/// synchronous`), in WAL mode. See [`SqliteStoreBuilder::synchronous`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `FULL` (the default): each commit is synced to disk before it
+    /// returns, so a claim or renewal that returned survives an operating
+    /// system crash or a power loss.
+    #[default]
+    Full,
+    /// `NORMAL`: commits are synced at checkpoints only. A process crash
+    /// loses nothing, but an operating system crash or a power loss may
+    /// roll back the last commits: a claim that returned term `T` may be
+    /// undone, and the next claim of the name after the reboot hands out
+    /// term `T` again.
+    Normal,
+}
+
+/// How many prepared statements the connection keeps: every statement of
+/// the protocol, and a few lengths of the batch renewal and the search for
+/// unfinished instants.
+const STATEMENT_CACHE: usize = 64;
 
 impl Default for SqliteStoreBuilder {
     fn default() -> Self {
@@ -115,6 +149,7 @@ impl Default for SqliteStoreBuilder {
             database: None,
             table: DEFAULT_TABLE.to_owned(),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            synchronous: Synchronous::Full,
         }
     }
 }
@@ -149,6 +184,23 @@ impl SqliteStoreBuilder {
     /// deadline, or a call may outlive the coordinator's wait for it.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// How durable each commit is on a file (default [`Synchronous::Full`]).
+    ///
+    /// What the lease needs: mutual exclusion among the processes sharing
+    /// the file holds under [`Synchronous::Normal`] too. A commit can only be
+    /// lost with the operating system (a crash, a power loss), which stops
+    /// every process on the host, and SQLite files are shared only by
+    /// processes on one host: no holder survives to act on a lost claim or
+    /// renewal. What `NORMAL` gives up is the term as a fencing token
+    /// outside the host: a term handed out just before such a crash can be
+    /// handed out again after it. Choose `NORMAL` when no durable system
+    /// outside the file checks terms; it saves a sync of the write-ahead
+    /// log on every commit, most of a write's cost on most disks.
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
         self
     }
 
@@ -191,6 +243,12 @@ impl SqliteStoreBuilder {
             source,
         };
         conn.busy_timeout(self.busy_timeout).map_err(failed)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let pragma = match self.synchronous {
+            Synchronous::Full => sql::SYNCHRONOUS_FULL,
+            Synchronous::Normal => sql::SYNCHRONOUS_NORMAL,
+        };
+        conn.execute_batch(pragma).map_err(failed)?;
         if let Some(path) = &path {
             let mode = switch_to_wal(&conn, self.busy_timeout).map_err(failed)?;
             if !mode.eq_ignore_ascii_case("wal") {
@@ -203,6 +261,7 @@ impl SqliteStoreBuilder {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 interrupt: conn.get_interrupt_handle(),
+                queue: spawn_connection_thread().map_err(SqliteError::Thread)?,
                 conn: Mutex::new(conn),
                 sql: Statements::new(table),
                 path,
@@ -428,9 +487,10 @@ impl SqliteStore {
         GuardStatement::new("BEGIN IMMEDIATE", sql::guard(self.inner.sql.table.quoted()))
     }
 
-    /// Runs `f` on the connection, on tokio's blocking pool.
+    /// Runs `f` on the connection, on the store's connection thread, after
+    /// the calls queued before it.
     ///
-    /// Cancel safety: once spawned, the blocking task cannot be stopped, so a
+    /// Cancel safety: once queued, the call cannot be taken back, so a
     /// dropped call may still run. Dropping the future marks the call
     /// abandoned, and an abandoned call that has not reached the connection
     /// yet (it was queued behind others) does not run at all. A call that did
@@ -444,19 +504,42 @@ impl SqliteStore {
         let inner = Arc::clone(&self.inner);
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
-        let task = tokio::task::spawn_blocking(move || {
-            let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
             if abandoned.load(Ordering::SeqCst) {
-                return None;
+                return;
             }
-            Some(run_on(&mut conn, &inner.sql, f))
+            let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = reply.send(run_on(&mut conn, &inner.sql, f));
         });
-        match task.await {
-            Ok(Some(result)) => result.map_err(Into::into),
-            Ok(None) => Err("the SQLite call was abandoned before it ran".into()),
-            Err(join) => Err(join.into()),
+        self.inner
+            .queue
+            .send(job)
+            .map_err(|_| BoxError::from("the SQLite store's connection thread has stopped"))?;
+        match answer.await {
+            Ok(result) => result.map_err(Into::into),
+            Err(_) => Err("the SQLite call was abandoned before it ran, or panicked".into()),
         }
     }
+}
+
+/// A call on the connection, run by the store's connection thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Starts the thread that runs a store's calls in the order they came, and
+/// ends when the store (the queue's sender) is dropped.
+fn spawn_connection_thread() -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+    let (queue, jobs) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("lease-sqlite".to_owned())
+        .spawn(move || {
+            for job in jobs {
+                // A panicking call drops its reply (the caller gets an
+                // error) and leaves the thread serving the others.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            }
+        })?;
+    Ok(queue)
 }
 
 /// Creates the database file, empty, readable and writable by its owner
@@ -710,10 +793,9 @@ fn claim_slot_in(
         .optional()?;
     let outcome = match row {
         None => {
-            let inserted = tx.execute(
-                &sql.slot_insert,
-                params![name, holder, instance, slot_ms, lease_ms],
-            )?;
+            let inserted = tx
+                .prepare_cached(&sql.slot_insert)?
+                .execute(params![name, holder, instance, slot_ms, lease_ms])?;
             if inserted == 1 {
                 SlotClaim::Claimed {
                     term: 1,
@@ -724,10 +806,9 @@ fn claim_slot_in(
             }
         }
         Some(row) if row.expired && slot_ms > row.slot_ms => {
-            let updated = tx.execute(
-                &sql.slot_update,
-                params![name, holder, instance, slot_ms, lease_ms, row.term],
-            )?;
+            let updated = tx
+                .prepare_cached(&sql.slot_update)?
+                .execute(params![name, holder, instance, slot_ms, lease_ms, row.term])?;
             if updated == 1 {
                 let given_up = row.slot_ms != 0 && row.unfinished_slot_ms == row.slot_ms;
                 SlotClaim::Claimed {
@@ -746,6 +827,44 @@ fn claim_slot_in(
     };
     tx.commit()?;
     Ok(outcome)
+}
+
+/// The batch renewal: one `UPDATE ... RETURNING` per
+/// [`MAX_RENEWALS_PER_STATEMENT`] leases (padded to a power of two by
+/// repeating the last, so a few prepared statements serve every size),
+/// answered in order from the rows it returned.
+fn renew_many_in(
+    conn: &Connection,
+    sql: &Statements,
+    leases: &[(String, String)],
+    lease_ms: i64,
+) -> rusqlite::Result<Vec<bool>> {
+    let mut held = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(MAX_RENEWALS_PER_STATEMENT) {
+        let Some(last) = chunk.last() else { continue };
+        let slots = chunk.len().next_power_of_two();
+        let padded = chunk
+            .iter()
+            .chain(std::iter::repeat_n(last, slots - chunk.len()));
+        let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(1 + 2 * slots);
+        values.push(lease_ms.into());
+        for (name, holder) in padded {
+            values.push(name.clone().into());
+            values.push(holder.clone().into());
+        }
+        let mut stmt = conn.prepare_cached(&sql::renew_many(sql.table.quoted(), slots))?;
+        let renewed = stmt
+            .query_map(params_from_iter(values), |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        held.extend(
+            chunk
+                .iter()
+                .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder)),
+        );
+    }
+    Ok(held)
 }
 
 fn find_unfinished_in(
@@ -791,12 +910,11 @@ impl LeaseStore for SqliteStore {
     ) -> Result<Option<u64>, BoxError> {
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.query_row(
-                &sql.claim,
-                params![name, holder, instance, lease_ms],
-                |row| term_at(row, 0),
-            )
-            .optional()
+            conn.prepare_cached(&sql.claim)?
+                .query_row(params![name, holder, instance, lease_ms], |row| {
+                    term_at(row, 0)
+                })
+                .optional()
         })
         .await
     }
@@ -804,16 +922,31 @@ impl LeaseStore for SqliteStore {
     async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.execute(&sql.renew, params![name, holder, lease_ms])
+            conn.prepare_cached(&sql.renew)?
+                .execute(params![name, holder, lease_ms])
                 .map(|changed| changed > 0)
         })
         .await
     }
 
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, BoxError> {
+        let leases: Vec<(String, String)> = leases
+            .iter()
+            .map(|(name, holder)| ((*name).to_owned(), (*holder).to_owned()))
+            .collect();
+        self.run(move |conn, sql| renew_many_in(conn, sql, &leases, lease_ms))
+            .await
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.query_row(&sql.verify, params![name, holder], |row| term_at(row, 0))
+            conn.prepare_cached(&sql.verify)?
+                .query_row(params![name, holder], |row| term_at(row, 0))
                 .optional()
         })
         .await
@@ -822,7 +955,8 @@ impl LeaseStore for SqliteStore {
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.execute(&sql.release, params![name, holder])
+            conn.prepare_cached(&sql.release)?
+                .execute(params![name, holder])
                 .map(|changed| changed > 0)
         })
         .await
@@ -890,11 +1024,9 @@ impl LeaseStore for SqliteStore {
         };
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.execute(
-                &sql.claim_rerun,
-                params![name, term, holder, instance, lease_ms],
-            )
-            .map(|changed| changed > 0)
+            conn.prepare_cached(&sql.claim_rerun)?
+                .execute(params![name, term, holder, instance, lease_ms])
+                .map(|changed| changed > 0)
         })
         .await
     }
@@ -902,7 +1034,8 @@ impl LeaseStore for SqliteStore {
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.query_row(&sql.last_slot, [name], |row| row.get(0))
+            conn.prepare_cached(&sql.last_slot)?
+                .query_row([name], |row| row.get(0))
                 .optional()
         })
         .await
@@ -915,7 +1048,8 @@ impl LeaseStore for SqliteStore {
         };
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.execute(&sql.force_release, params![name, term])
+            conn.prepare_cached(&sql.force_release)?
+                .execute(params![name, term])
                 .map(|changed| changed > 0)
         })
         .await
@@ -923,14 +1057,18 @@ impl LeaseStore for SqliteStore {
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let name = name.to_owned();
-        self.run(move |conn, sql| conn.query_row(&sql.get, [name], info).optional())
-            .await
+        self.run(move |conn, sql| {
+            conn.prepare_cached(&sql.get)?
+                .query_row([name], info)
+                .optional()
+        })
+        .await
     }
 
     async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
         let prefix = prefix.to_owned();
         self.run(move |conn, sql| {
-            let mut stmt = conn.prepare(&sql.list)?;
+            let mut stmt = conn.prepare_cached(&sql.list)?;
             let rows = stmt.query_map(params![prefix, limit], info)?;
             let mut infos = Vec::new();
             for row in rows {
@@ -946,8 +1084,11 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.run(|conn, _| conn.query_row(sql::SELECT_NOW, [], |row| row.get(0)))
-            .await
+        self.run(|conn, _| {
+            conn.prepare_cached(sql::SELECT_NOW)?
+                .query_row([], |row| row.get(0))
+        })
+        .await
     }
 
     /// Inspects the table before anything else, so that an existing table

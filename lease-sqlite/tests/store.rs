@@ -955,3 +955,61 @@ async fn a_guarded_transaction_on_a_row_of_another_term_runs_nothing() {
         "the work ran under another term"
     );
 }
+
+/// The bytes of the file's write-ahead log: every commit appends its pages
+/// to it (no checkpoint runs below SQLite's 1000-page threshold here).
+fn wal_bytes(path: &Path) -> u64 {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(PathBuf::from(wal)).map_or(0, |m| m.len())
+}
+
+/// A batch of renewals is one statement, one commit: the log grows by the
+/// pages of one transaction, where the same renewals one by one append one
+/// transaction each (shown on the same leases, so the measure has teeth).
+#[tokio::test]
+async fn a_batch_of_renewals_is_one_commit() {
+    let (_dir, path) = db_file();
+    let store = migrated(&path).await;
+    let names: Vec<String> = (0..50).map(|i| format!("batch-{i}")).collect();
+    for name in &names {
+        assert!(
+            store
+                .claim(name, "h", "i", LEASE_MS)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    let mut batch: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "h")).collect();
+    batch.push(("batch-0", "not-the-holder"));
+    batch.push(("never-claimed", "h"));
+    let page: u32 = raw(&path)
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap();
+    let frame = u64::from(page) + 24;
+
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let before = wal_bytes(&path);
+    let held = store.renew_many(&batch, LEASE_MS).await.unwrap();
+    let batched = (wal_bytes(&path) - before) / frame;
+    let mut expected = vec![true; 50];
+    expected.extend([false, false]);
+    assert_eq!(held, expected);
+
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let before = wal_bytes(&path);
+    for name in &names {
+        assert!(store.renew(name, "h", LEASE_MS).await.unwrap());
+    }
+    let one_by_one = (wal_bytes(&path) - before) / frame;
+    eprintln!("log frames: batch of 50 {batched}, 50 renewals one by one {one_by_one}");
+    assert!(
+        one_by_one >= 50,
+        "each renewal is a commit of its own: {one_by_one}"
+    );
+    assert!(
+        batched <= 4,
+        "one commit for the batch, not one per lease: {batched} frames"
+    );
+}

@@ -16,7 +16,8 @@
 //!
 //! - the **operation** through `lease-core` (`Leases`, `Handle`) and the
 //!   backend's store: claim + release of distinct names (one per worker),
-//!   renew, a contended claim of one name (released at once when won), an
+//!   renew (each worker cycling over 32 leases, so every renewal writes),
+//!   a contended claim of one name (released at once when won), an
 //!   instant claim + finish, and a guarded transaction (one business
 //!   `UPDATE`);
 //! - the **hand-written SQL** of the same operation: the specification's
@@ -35,7 +36,7 @@
 use std::error::Error;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ use dblease::mysql::MySqlStore;
 use dblease::mysql::mysql_async::{self, prelude::Queryable};
 use dblease::postgres::PostgresStore;
 use dblease::postgres::deadpool_postgres;
-use dblease::sqlite::SqliteStore;
+use dblease::sqlite::{SqliteStore, Synchronous};
 use dblease::{CancellationToken, LeaseContext, Leases, UtcMillis};
 use lease_bench::stats::{Latency, Summary, ratio};
 use lease_bench::url::Backend;
@@ -61,7 +62,11 @@ const POOL: usize = 32;
 /// The lease the hand-written statements grant, like the protocol's.
 const LEASE_MS: i64 = 15_000;
 
-const USAGE: &str = "usage: bench [--seconds N] [--concurrency 1,8,32] [URL...]";
+/// The leases each worker of the renew cell cycles over.
+const RENEW_ROWS: usize = 32;
+
+const USAGE: &str =
+    "usage: bench [--seconds N] [--concurrency 1,8,32] [--sqlite-synchronous full|normal] [URL...]";
 
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -87,6 +92,7 @@ async fn bench() -> BoxResult<()> {
     let mut seconds = 2.0f64;
     let mut concurrency = vec![1usize, 8, 32];
     let mut urls = Vec::new();
+    let mut synchronous = Synchronous::Full;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -98,6 +104,13 @@ async fn bench() -> BoxResult<()> {
                     .split(',')
                     .map(str::parse)
                     .collect::<Result<_, _>>()?;
+            }
+            "--sqlite-synchronous" => {
+                synchronous = match it.next().ok_or(USAGE)?.as_str() {
+                    "full" => Synchronous::Full,
+                    "normal" => Synchronous::Normal,
+                    other => return Err(format!("unknown synchronous {other}\n{USAGE}").into()),
+                };
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -120,7 +133,7 @@ async fn bench() -> BoxResult<()> {
          floors measured in the same run on the same pool: the operation's statements written by hand, and SELECT 1"
     );
     for url in &urls {
-        let target = Target::open(url).await?;
+        let target = Target::open(url, synchronous).await?;
         run_backend(target, &concurrency, cell).await?;
     }
     Ok(())
@@ -187,7 +200,7 @@ impl Raw {
                 let sql = sql.to_owned();
                 let n = tokio::task::spawn_blocking(move || {
                     let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    let mut stmt = conn.prepare(&sql)?;
+                    let mut stmt = conn.prepare_cached(&sql)?;
                     match params {
                         Params::None => stmt.query_row([], |_| Ok(1usize)),
                         Params::Two(a, b) => stmt.execute(rusqlite::params![a, b]),
@@ -274,7 +287,7 @@ impl Sql {
 }
 
 impl Target {
-    async fn open(url: &str) -> BoxResult<Target> {
+    async fn open(url: &str, synchronous: Synchronous) -> BoxResult<Target> {
         let backend = Backend::of(url).ok_or("unrecognised URL scheme")?;
         let (leases, raw, guard, note) = match backend {
             Backend::Postgres => {
@@ -304,15 +317,26 @@ impl Target {
             }
             Backend::Sqlite => {
                 let path = sqlite_path(url).ok_or("the benchmark needs an SQLite file")?;
-                let store = SqliteStore::builder().path(&path).table(TABLE).open()?;
+                let store = SqliteStore::builder()
+                    .path(&path)
+                    .table(TABLE)
+                    .synchronous(synchronous)
+                    .open()?;
                 let conn = rusqlite::Connection::open(&path)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
+                // The floor runs at the store's durability.
+                conn.execute_batch(match synchronous {
+                    Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+                    _ => "PRAGMA synchronous = FULL",
+                })?;
                 (
                     Leases::new(store),
                     Raw::Sqlite(Arc::new(Mutex::new(conn))),
                     Guard::None,
-                    "SqliteStore, one connection; floors on a second connection to the same file"
-                        .to_owned(),
+                    format!(
+                        "SqliteStore, one connection, synchronous {synchronous:?}; \
+                         floors on a second connection to the same file, same pragmas"
+                    ),
                 )
             }
         };
@@ -592,29 +616,46 @@ async fn run_backend(target: Target, concurrency: &[usize], time: Duration) -> B
             note: "",
         });
 
-        // renew
+        // renew: each worker cycles over RENEW_ROWS leases of its own, so
+        // that a row is renewed again only after the others (milliseconds
+        // later): a second renewal of one row in the same millisecond
+        // writes the same expiry, which SQLite and MariaDB do not write at
+        // all, and would measure nothing.
         let mut handles = Vec::new();
         for w in 0..c {
-            let name = format!("bench:renew:{w}");
-            handles.push(target.leases.claim(&name).await?.ok_or("refused")?);
+            for r in 0..RENEW_ROWS {
+                let name = format!("bench:renew:{w}:{r}");
+                handles.push(target.leases.claim(&name).await?.ok_or("refused")?);
+            }
         }
         let handles = Arc::new(handles);
+        let turns: Arc<Vec<AtomicUsize>> = Arc::new((0..c).map(|_| AtomicUsize::new(0)).collect());
+        let next = move |turns: &[AtomicUsize], w: usize| -> usize {
+            let turn = turns
+                .get(w)
+                .map_or(0, |t| t.fetch_add(1, Ordering::Relaxed));
+            w * RENEW_ROWS + turn % RENEW_ROWS
+        };
         let hs = handles.clone();
+        let ts = turns.clone();
         let lease = cell(c, time, move |w| {
             let hs = hs.clone();
+            let i = next(&ts, w);
             async move {
-                hs.get(w).ok_or("no handle")?.renew().await?;
+                hs.get(i).ok_or("no handle")?.renew().await?;
                 Ok(())
             }
         })
         .await;
         let t = target.clone();
         let hs = handles.clone();
+        let ts = turns.clone();
         let hand = cell(c, time, move |w| {
             let t = t.clone();
             let hs = hs.clone();
+            let i = next(&ts, w);
             async move {
-                let h = hs.get(w).ok_or("no handle")?;
+                let h = hs.get(i).ok_or("no handle")?;
                 // Not checked: without CLIENT_FOUND_ROWS, MySQL counts a
                 // renewal in the same millisecond as changing nothing.
                 t.exec(
