@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use deadpool_postgres::{Object, Transaction};
 use lease_core::{BoxError, BoxFuture, GuardError, GuardStatement, LeaseContext, LeaseStore};
+use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, NoTls};
 
-use crate::store::{CancelTls, DEFAULT_STATEMENT_TIMEOUT, PostgresStore};
+use crate::store::{CancelTls, DEFAULT_STATEMENT_TIMEOUT, PostgresStore, StatementMode};
 use crate::token::Token;
 
 /// How long a cancel request for an abandoned transaction may take.
@@ -140,6 +141,7 @@ impl PostgresStore {
         let raced = {
             let open = verify_then_work(
                 &mut client,
+                self.inner.statement_mode,
                 verify,
                 (name, handle.holder(), term),
                 &idle_ms,
@@ -255,6 +257,7 @@ fn idle_bound_ms(deadline: std::time::Duration) -> String {
 /// outside the race with the context.
 async fn verify_then_work<'c, T, E, F>(
     client: &'c mut Object,
+    mode: StatementMode,
     verify: &str,
     (name, holder, term): (&str, &str, i64),
     idle_ms: &str,
@@ -266,11 +269,28 @@ where
 {
     let db = |e: tokio_postgres::Error| db(e.into());
     let mut tx = client.transaction().await.map_err(db)?;
-    let stmt = tx.prepare_cached(verify).await.map_err(db)?;
-    let verified = tx
-        .query_opt(&stmt, &[&name, &Token(holder), &idle_ms, &term])
-        .await
-        .map_err(db)?;
+    let token = Token(holder);
+    let verified = match mode {
+        // Behind a transaction-pooling PgBouncer: no named statement.
+        StatementMode::Unnamed => tx
+            .query_typed_opt(
+                verify,
+                &[
+                    (&name, Type::TEXT),
+                    (&token, Type::TEXT),
+                    (&idle_ms, Type::TEXT),
+                    (&term, Type::INT8),
+                ],
+            )
+            .await
+            .map_err(db)?,
+        StatementMode::Prepared => {
+            let stmt = tx.prepare_cached(verify).await.map_err(db)?;
+            tx.query_opt(&stmt, &[&name, &token, &idle_ms, &term])
+                .await
+                .map_err(db)?
+        }
+    };
     if verified.is_none() {
         tracing::debug!(
             name,
