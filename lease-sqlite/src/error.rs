@@ -58,11 +58,6 @@ pub enum SqliteError {
         source: rusqlite::Error,
     },
 
-    /// The thread that runs the store's calls on its connection could not
-    /// be started.
-    #[error("cannot start the SQLite store's connection thread")]
-    Thread(#[source] std::io::Error),
-
     /// The database file could not be switched to write-ahead logging (some
     /// file systems cannot share the memory WAL needs).
     #[error("the SQLite database at {} stays in journal mode {mode:?}, not WAL", path.display())]

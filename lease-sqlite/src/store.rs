@@ -68,13 +68,6 @@ pub struct SqliteStore {
 }
 
 struct Inner {
-    /// The queue of the store's calls for the connection: one thread of the
-    /// store's own runs them first come, first served and back to back, so
-    /// no caller starves behind later ones (a `std::sync::Mutex` wakes
-    /// waiters in no particular order) and no call waits on a blocking
-    /// thread of its own. Guarded transactions take the connection's lock
-    /// from tokio's blocking pool instead.
-    queue: std::sync::mpsc::Sender<Job>,
     conn: Mutex<Connection>,
     /// Interrupts the statement running on `conn`: only ever used while a
     /// guarded transaction holds it (see [`TxControl`]).
@@ -261,7 +254,6 @@ impl SqliteStoreBuilder {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 interrupt: conn.get_interrupt_handle(),
-                queue: spawn_connection_thread().map_err(SqliteError::Thread)?,
                 conn: Mutex::new(conn),
                 sql: Statements::new(table),
                 path,
@@ -487,10 +479,9 @@ impl SqliteStore {
         GuardStatement::new("BEGIN IMMEDIATE", sql::guard(self.inner.sql.table.quoted()))
     }
 
-    /// Runs `f` on the connection, on the store's connection thread, after
-    /// the calls queued before it.
+    /// Runs `f` on the connection, on tokio's blocking pool.
     ///
-    /// Cancel safety: once queued, the call cannot be taken back, so a
+    /// Cancel safety: once spawned, the blocking task cannot be stopped, so a
     /// dropped call may still run. Dropping the future marks the call
     /// abandoned, and an abandoned call that has not reached the connection
     /// yet (it was queued behind others) does not run at all. A call that did
@@ -504,42 +495,19 @@ impl SqliteStore {
         let inner = Arc::clone(&self.inner);
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
-            if abandoned.load(Ordering::SeqCst) {
-                return;
-            }
+        let task = tokio::task::spawn_blocking(move || {
             let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
-            let _ = reply.send(run_on(&mut conn, &inner.sql, f));
+            if abandoned.load(Ordering::SeqCst) {
+                return None;
+            }
+            Some(run_on(&mut conn, &inner.sql, f))
         });
-        self.inner
-            .queue
-            .send(job)
-            .map_err(|_| BoxError::from("the SQLite store's connection thread has stopped"))?;
-        match answer.await {
-            Ok(result) => result.map_err(Into::into),
-            Err(_) => Err("the SQLite call was abandoned before it ran, or panicked".into()),
+        match task.await {
+            Ok(Some(result)) => result.map_err(Into::into),
+            Ok(None) => Err("the SQLite call was abandoned before it ran".into()),
+            Err(join) => Err(join.into()),
         }
     }
-}
-
-/// A call on the connection, run by the store's connection thread.
-type Job = Box<dyn FnOnce() + Send>;
-
-/// Starts the thread that runs a store's calls in the order they came, and
-/// ends when the store (the queue's sender) is dropped.
-fn spawn_connection_thread() -> std::io::Result<std::sync::mpsc::Sender<Job>> {
-    let (queue, jobs) = std::sync::mpsc::channel::<Job>();
-    std::thread::Builder::new()
-        .name("lease-sqlite".to_owned())
-        .spawn(move || {
-            for job in jobs {
-                // A panicking call drops its reply (the caller gets an
-                // error) and leaves the thread serving the others.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-            }
-        })?;
-    Ok(queue)
 }
 
 /// Creates the database file, empty, readable and writable by its owner
