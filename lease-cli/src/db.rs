@@ -37,43 +37,19 @@ pub(crate) struct Privileges {
 /// Opens the store a URL names, as [`dblease::connect`] does, keeping the
 /// backend store.
 pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
-    let scheme = url
-        .split_once(':')
-        .map(|(s, _)| s.to_ascii_lowercase())
-        .unwrap_or_default();
-    let backend = match scheme.as_str() {
+    let backend = match dblease::connect_backend(url).await? {
         #[cfg(feature = "sqlite")]
-        "sqlite" => Backend::Sqlite(dblease::sqlite::SqliteStore::connect(url).map_err(|e| {
-            ConnectError::Backend {
-                backend: "sqlite",
-                source: Box::new(e),
-            }
-        })?),
+        dblease::Backend::Sqlite(s) => Backend::Sqlite(s),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Backend::Postgres(
-            dblease::postgres::PostgresStore::connect(url)
-                .await
-                .map_err(|e| ConnectError::Backend {
-                    backend: "postgres",
-                    source: Box::new(e),
-                })?,
-        ),
+        dblease::Backend::Postgres(s) => Backend::Postgres(s),
         #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => Backend::MySql(
-            dblease::mysql::MySqlStore::connect(url)
-                .await
-                .map_err(|e| ConnectError::Backend {
-                    backend: "mysql",
-                    source: Box::new(e),
-                })?,
-        ),
-        // A scheme this build has no backend for, or none at all: the facade
-        // says which (a disabled feature, an unsupported or unknown database).
-        _ => {
-            return Err(dblease::connect_store(url)
-                .await
-                .err()
-                .unwrap_or(ConnectError::UnknownScheme { scheme }));
+        dblease::Backend::MySql(s) => Backend::MySql(s),
+        // The facade and this tool are built with the same features.
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(ConnectError::UnknownScheme {
+                scheme: other.name().to_owned(),
+            });
         }
     };
     let leases = match &backend {

@@ -1,16 +1,18 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod builder;
 mod error;
-mod pool;
 mod schema;
 mod sql;
 mod store;
+mod transaction;
 
+pub use builder::{MySqlPool, MySqlStoreBuilder, SCHEMES};
 pub use error::MySqlError;
-pub use pool::MySqlPool;
+pub use lease_core::{BoxFuture, GuardError, GuardStatement};
 pub use schema::DEFAULT_TABLE;
-pub use store::{BoxFuture, MySqlStore, MySqlStoreBuilder};
+pub use store::MySqlStore;
 
 /// The driver, re-exported: its `Pool`, `Transaction`, `SslOpts` and the
 /// `Queryable` trait are part of this crate's API.

@@ -6,6 +6,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, params};
 
 use crate::error::MySqlError;
+use crate::store::MySqlStore;
 
 /// The default table name, the specification's.
 pub const DEFAULT_TABLE: &str = "gst_leases";
@@ -229,6 +230,50 @@ impl TableName {
     /// The table part.
     pub(crate) fn table(&self) -> &str {
         &self.table
+    }
+}
+
+impl MySqlStore {
+    /// Creates the lease table if it does not exist, and checks that an
+    /// existing one can carry leases. The table is looked for first, in
+    /// `information_schema`, so a user with only `SELECT`, `INSERT` and
+    /// `UPDATE` on an existing table can migrate; `CREATE` is needed only
+    /// to create it. Safe when many replicas run it at once: `CREATE TABLE
+    /// IF NOT EXISTS` takes the table name's metadata lock, and the others
+    /// find the table there.
+    ///
+    /// # Errors
+    ///
+    /// [`MySqlError::Database`] when the server refuses (missing `CREATE`
+    /// privilege for a missing table) or does not answer;
+    /// [`MySqlError::IncompatibleTable`] when the table exists without a
+    /// column the statements use, with a `name` column that is not binary,
+    /// with an `AUTO_INCREMENT` column or with a trigger (see the crate
+    /// docs).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the table is either created or not.
+    pub async fn migrate(&self) -> Result<(), MySqlError> {
+        let mut conn = self.inner.pool.get_conn().await?;
+        let table = &self.inner.table;
+        let mut found = inspect(&mut conn, table).await?;
+        if found == Found::Missing {
+            conn.query_drop(self.inner.sql.create_table.as_str())
+                .await?;
+            found = inspect(&mut conn, table).await?;
+        }
+        match found {
+            Found::Usable => Ok(()),
+            Found::Missing => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason: "it is not in information_schema after its creation".to_owned(),
+            }),
+            Found::Incompatible(reason) => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason,
+            }),
+        }
     }
 }
 

@@ -9,6 +9,11 @@
 //! `CLIENT_FOUND_ROWS` setting is, and a renewal that writes the expiry it
 //! already had (two renewals in one millisecond) still reads as held.
 
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params, TxOpts, Value, params};
+
+use crate::store::MySqlStore;
+
 /// The database's clock in UTC milliseconds, read in the statement itself.
 ///
 /// `UNIX_TIMESTAMP()` without an argument is the seconds since the epoch,
@@ -325,6 +330,263 @@ pub(crate) fn session_setup(lock_wait_secs: u64, statement_ms: Option<u64>) -> S
         ));
     }
     sql
+}
+
+/// How often a write that InnoDB chose as a deadlock victim is tried again
+/// within the same call. The victim's statement was rolled back whole.
+const DEADLOCK_RETRIES: usize = 2;
+
+impl MySqlStore {
+    pub(crate) async fn conn(&self) -> Result<Conn, mysql_async::Error> {
+        self.inner.pool.get_conn().await
+    }
+
+    /// Runs a write, trying again when InnoDB picked it as a deadlock victim
+    /// (its statement was rolled back whole), and returns the OK packet's
+    /// `last_insert_id`.
+    pub(crate) async fn write(
+        &self,
+        stmt: &str,
+        params: Params,
+    ) -> Result<Option<u64>, mysql_async::Error> {
+        let mut conn = self.conn().await?;
+        write_on(&mut conn, stmt, params).await
+    }
+
+    /// The renewals of `leases` (at most [`MAX_RENEWALS_PER_BATCH`]) in one
+    /// transaction: one `UPDATE` of every row still held, then one read of
+    /// which are held now. Within the transaction the rows the update
+    /// renewed stay locked, so the read sees exactly them: a row of one of
+    /// these holders that the update did not renew had expired, and only
+    /// its holder (this batch) could have extended it. A row the update
+    /// renewed reads as not held only when the read came more than the
+    /// lease after the update, and it has then expired indeed.
+    pub(crate) async fn renew_chunk(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<bool>, mysql_async::Error> {
+        let Some(last) = leases.last() else {
+            return Ok(Vec::new());
+        };
+        // Round up to a power of two, repeating the last pair, so that a few
+        // prepared statements serve every count.
+        let slots = leases.len().next_power_of_two();
+        let mut names: Vec<Value> = Vec::with_capacity(3 * slots);
+        for (name, _) in leases
+            .iter()
+            .chain(std::iter::repeat_n(last, slots - leases.len()))
+        {
+            names.push(Value::from(*name));
+        }
+        let mut pairs: Vec<Value> = Vec::with_capacity(2 * slots);
+        for (name, holder) in leases
+            .iter()
+            .chain(std::iter::repeat_n(last, slots - leases.len()))
+        {
+            pairs.push(Value::from(*name));
+            pairs.push(Value::from(*holder));
+        }
+        let mut update = Vec::with_capacity(1 + 3 * slots);
+        update.push(Value::from(lease_ms));
+        update.extend(names.iter().cloned());
+        update.extend(pairs.iter().cloned());
+        let mut read = names;
+        read.extend(pairs);
+        let (update_sql, read_sql) = self.inner.sql.renew_many(slots);
+        let mut conn = self.conn().await?;
+        let mut tries = 0;
+        let held = loop {
+            let attempt = async {
+                let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                tx.exec_drop(update_sql.as_str(), Params::Positional(update.clone()))
+                    .await?;
+                let held: Vec<(Vec<u8>, Vec<u8>)> = tx
+                    .exec(read_sql.as_str(), Params::Positional(read.clone()))
+                    .await?;
+                tx.commit().await?;
+                Ok::<_, mysql_async::Error>(held)
+            };
+            match attempt.await {
+                Ok(held) => break held,
+                Err(mysql_async::Error::Server(e))
+                    if e.code == 1213 && tries < DEADLOCK_RETRIES =>
+                {
+                    tries += 1;
+                    tracing::debug!(tries, "deadlock victim: trying the batch again");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        Ok(leases
+            .iter()
+            .map(|(name, holder)| {
+                held.iter()
+                    .any(|(n, h)| n == name.as_bytes() && h == holder.as_bytes())
+            })
+            .collect())
+    }
+}
+
+/// Runs a write on `conn`, trying again when InnoDB picked it as a deadlock
+/// victim (its statement was rolled back whole), and returns the OK
+/// packet's `last_insert_id`.
+pub(crate) async fn write_on(
+    conn: &mut Conn,
+    stmt: &str,
+    params: Params,
+) -> Result<Option<u64>, mysql_async::Error> {
+    let mut tries = 0;
+    loop {
+        match conn.exec_drop(stmt, params.clone()).await {
+            Ok(()) => return Ok(conn.last_insert_id()),
+            Err(mysql_async::Error::Server(e)) if e.code == 1213 && tries < DEADLOCK_RETRIES => {
+                tries += 1;
+                tracing::debug!(tries, "deadlock victim: trying the statement again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How many times a claim reads the row again after a rival inserted the
+/// name between its read and its insert.
+const CLAIM_ROUNDS: usize = 2;
+
+/// A claim on `conn`: a plain read first, so a claim refused because the
+/// name is held locks nothing and waits on nothing; then, for a free row,
+/// an update checked against the term read (and the expiry, by the
+/// statement's clock), or, for a missing row, an insert that does nothing
+/// when a rival inserted first (the row is then read again).
+pub(crate) async fn claim_on(
+    conn: &mut Conn,
+    sql: &Statements,
+    name: &str,
+    holder: &str,
+    instance: &str,
+    lease_ms: i64,
+) -> Result<Option<u64>, mysql_async::Error> {
+    for _ in 0..CLAIM_ROUNDS {
+        let row: Option<(u64, i64)> = conn
+            .exec_first(sql.claim_read.as_str(), params! { "name" => name })
+            .await?;
+        match row {
+            Some((_, 0)) => return Ok(None),
+            Some((term, _)) => {
+                return write_on(
+                    conn,
+                    &sql.claim_take,
+                    params! {
+                        "name" => name,
+                        "holder" => holder,
+                        "instance" => instance,
+                        "lease_ms" => lease_ms,
+                        "term" => term,
+                    },
+                )
+                .await;
+            }
+            None => {
+                let inserted = write_on(
+                    conn,
+                    &sql.claim_insert,
+                    params! {
+                        "name" => name,
+                        "holder" => holder,
+                        "instance" => instance,
+                        "lease_ms" => lease_ms,
+                    },
+                )
+                .await?;
+                if inserted == Some(1) {
+                    return Ok(Some(1));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use std::time::Duration;
+
+    use lease_core::LeaseStore;
+
+    use super::*;
+
+    /// A rival's refused claims, many and concurrent, each left inside an
+    /// open transaction (so any row lock it took would still be held), do
+    /// not hold up the holder's renewal, nor each other. With a claim that
+    /// locks the held row to refuse it (`INSERT ... ON DUPLICATE KEY
+    /// UPDATE`), the rivals queue on the row and the renewal waits for the
+    /// lock until InnoDB's lock-wait bound fails it.
+    #[tokio::test]
+    async fn refused_claims_in_open_transactions_do_not_hold_up_the_renewal() {
+        let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+            return;
+        };
+        let table = "lm_refused_claim_locks";
+        let store = MySqlStore::builder(&url)
+            .unwrap()
+            .with_table(table)
+            .with_lock_wait_timeout(Duration::from_secs(1))
+            .connect()
+            .await
+            .unwrap();
+        let mut setup = store.inner.pool.get_conn().await.unwrap();
+        setup
+            .query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let term = LeaseStore::claim(&store, "held", "holder", "a", 60_000)
+            .await
+            .unwrap();
+        assert_eq!(term, Some(1));
+
+        let rivals: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut conn = store.inner.pool.get_conn().await?;
+                    conn.query_drop("START TRANSACTION").await?;
+                    let rival = format!("rival-{i}");
+                    let claimed =
+                        claim_on(&mut conn, &store.inner.sql, "held", &rival, "b", 60_000).await?;
+                    Ok::<_, mysql_async::Error>((conn, claimed))
+                })
+            })
+            .collect();
+        let mut settled = Vec::new();
+        for rival in rivals {
+            settled.push(rival.await.unwrap());
+        }
+        // Every rival's transaction is still open here.
+        let renewed = LeaseStore::renew(&store, "held", "holder", 60_000).await;
+        let mut refused = Vec::new();
+        for rival in settled {
+            match rival {
+                Ok((mut conn, claimed)) => {
+                    let _ = conn.query_drop("ROLLBACK").await;
+                    refused.push(format!("{claimed:?}"));
+                }
+                Err(e) => refused.push(format!("error: {e}")),
+            }
+        }
+        // Best effort: a rival that failed left its transaction to the pool.
+        let _ = setup
+            .query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+            .await;
+        assert!(
+            matches!(renewed, Ok(true)),
+            "the holder renews while the rivals' transactions are open: {renewed:?}"
+        );
+        assert!(
+            refused.iter().all(|r| r == "None"),
+            "every rival's claim is refused at once, none waits on another: {refused:?}"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -30,10 +30,11 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let table = format!("{PREFIX}{:x}_{nanos:x}_{n}", std::process::id());
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(&table)
         .with_pool_constraints(0, 16)
-        .connect(&url)
+        .connect()
         .await
         .expect("connect to LEASE_TEST_MYSQL_URL");
     SWEPT.get_or_init(|| sweep(&store)).await;

@@ -29,9 +29,10 @@ async fn a_missing_privilege_is_a_permission_error_and_not_retryable() {
     let admin = admin(&url);
     let restricted = Restricted::create(&url, &admin, &table, "SELECT").await;
     let outcome = async {
-        let store = MySqlStore::builder()
+        let store = MySqlStore::builder(&restricted.url)
+            .unwrap()
             .with_table(&table)
-            .connect(&restricted.url)
+            .connect()
             .await
             .unwrap();
         Leases::new(store).claim("privs").await
@@ -52,10 +53,11 @@ async fn a_cut_connection_is_a_connection_error_and_retryable() {
     let root = common::fresh(&url, &table).await;
     let proxy = Proxy::start(server_of(&url, 3306).unwrap()).await.unwrap();
     let via = common::with_param(&url_via(&url, proxy.addr()).unwrap(), "prefer_socket=false");
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&via)
+        .unwrap()
         .with_table(&table)
         .with_connect_timeout(Duration::from_secs(2))
-        .connect(&via)
+        .connect()
         .await
         .unwrap();
     let leases = Leases::new(store);
@@ -77,10 +79,11 @@ async fn a_lock_wait_timeout_is_a_conflict_and_retryable() {
     let Some(url) = common::url() else { return };
     let table = unique("locked");
     let root = common::fresh(&url, &table).await;
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(&table)
         .with_lock_wait_timeout(Duration::from_secs(1))
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     let leases = Leases::new(store);

@@ -334,10 +334,11 @@ async fn a_guarded_transaction_longer_than_the_lock_wait_bound_fails_the_renewal
     let Some(url) = common::url() else { return };
     let table = "lm_guard_lock_wait";
     let store = setup(&url, table).await;
-    let impatient = MySqlStore::builder()
+    let impatient = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(table)
         .with_lock_wait_timeout(Duration::from_secs(1))
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     let leases = Leases::new(store.clone());
@@ -375,10 +376,11 @@ async fn session_changes_made_by_the_work_do_not_outlive_the_transaction() {
     let store = setup(&url, table).await;
     // One connection: the guarded transaction's is the one the next
     // statements run on.
-    let one = MySqlStore::builder()
+    let one = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(table)
         .with_pool_constraints(1, 1)
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     let leases = Leases::new(one.clone());

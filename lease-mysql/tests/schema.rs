@@ -15,7 +15,7 @@ use common::{Restricted, admin, exec, unique};
 use lease_core::Leases;
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, Pool};
-use lease_mysql::{MySqlError, MySqlStore};
+use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
 
 /// Issue 16, item 3: `migrate()` needed `CREATE` even when the table
 /// existed (error 1142), though the documented privileges are `SELECT`,
@@ -29,9 +29,10 @@ async fn a_user_with_select_insert_update_only_migrates_an_existing_table() {
     let restricted = Restricted::create(&url, &admin, &table, "SELECT, INSERT, UPDATE").await;
 
     let outcome = async {
-        let store = MySqlStore::builder()
+        let store = MySqlStore::builder(&restricted.url)
+            .unwrap()
             .with_table(&table)
-            .connect(&restricted.url)
+            .connect()
             .await
             .map_err(|e| format!("connect: {e}"))?;
         store
@@ -50,9 +51,10 @@ async fn a_user_with_select_insert_update_only_migrates_an_existing_table() {
             .await
             .map_err(|e| format!("release: {e:?}"))?;
         // A table the user may not create is still refused by the server.
-        let other = MySqlStore::builder()
+        let other = MySqlStore::builder(&restricted.url)
+            .unwrap()
             .with_table(unique("nocreate"))
-            .connect(&restricted.url)
+            .connect()
             .await
             .map_err(|e| format!("connect: {e}"))?;
         match other.migrate().await {
@@ -141,7 +143,12 @@ async fn claims_against_rows(store: MySqlStore, admin: &Pool, table: &str) -> St
 /// (which sends nothing) through `migrate`: both must refuse the table with
 /// a reason containing `needle`.
 async fn assert_refused(url: &str, admin: &Pool, table: &str, needle: &str) -> Result<(), String> {
-    match MySqlStore::builder().with_table(table).connect(url).await {
+    match MySqlStore::builder(url)
+        .unwrap()
+        .with_table(table)
+        .connect()
+        .await
+    {
         Err(MySqlError::IncompatibleTable { reason, .. }) if reason.contains(needle) => {}
         Err(e) => return Err(format!("connect: unexpected {e:?}")),
         Ok(store) => {
@@ -152,9 +159,9 @@ async fn assert_refused(url: &str, admin: &Pool, table: &str, needle: &str) -> R
         }
     }
     let pool = Pool::new(Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap());
-    let store = MySqlStore::builder()
+    let store = MySqlStoreBuilder::from_pool(pool)
         .with_table(table)
-        .from_pool(pool)
+        .build()
         .unwrap();
     let migrated = store.migrate().await;
     store

@@ -57,25 +57,30 @@ impl Stores {
     /// connections: with none, mysql_async closes each connection as it
     /// comes back, and every statement connects anew.
     async fn connect_keeping(url: &str, min: usize) -> Stores {
-        Stores::connect_with(url, min, MySqlStore::builder()).await
+        Stores::connect_with(url, min, |builder| builder).await
     }
 
-    /// As [`connect_keeping`](Self::connect_keeping), the proxied store
-    /// built from `builder`.
-    async fn connect_with(url: &str, min: usize, builder: MySqlStoreBuilder) -> Stores {
+    /// As [`connect_keeping`](Self::connect_keeping), the proxied store's
+    /// builder passed through `configure`.
+    async fn connect_with(
+        url: &str,
+        min: usize,
+        configure: impl FnOnce(MySqlStoreBuilder) -> MySqlStoreBuilder,
+    ) -> Stores {
         let table = unique_table();
-        let direct = MySqlStore::builder()
+        let direct = MySqlStore::builder(url)
+            .unwrap()
             .with_table(&table)
             .with_pool_constraints(0, 4)
-            .connect(url)
+            .connect()
             .await
             .expect("connect to LEASE_TEST_MYSQL_URL");
         let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
-        let proxied = builder
+        let proxied = configure(MySqlStore::builder(&proxied_url).unwrap())
             .with_table(&table)
             .with_pool_constraints(min, 2)
             .with_prefer_socket(false)
-            .connect(&proxied_url)
+            .connect()
             .await
             .expect("connect through the proxy");
         Stores {
@@ -161,8 +166,10 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
         return;
     };
     let timings = network::timings();
-    let builder = MySqlStore::builder().with_idle_transaction_timeout(Some(timings.deadline()));
-    let stores = Stores::connect_with(&url, 2, builder).await;
+    let stores = Stores::connect_with(&url, 2, |builder| {
+        builder.with_idle_transaction_timeout(Some(timings.deadline()))
+    })
+    .await;
     let rival = Leases::new(stores.direct.clone())
         .with_timings(timings)
         .with_instance("frozen-rival");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lease_core::{LeaseStore, Leases, MAX_NAME_BYTES};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
-use lease_mysql::{MySqlError, MySqlStore};
+use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
 
 #[tokio::test]
 async fn job_upper_job_and_job_space_are_three_names() {
@@ -80,10 +80,11 @@ async fn a_192_byte_name_is_refused_before_any_sql_and_191_bytes_are_kept_whole(
 #[tokio::test]
 async fn sessions_are_strict_with_bounded_lock_waits_and_statements() {
     let Some(url) = common::url() else { return };
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url)
+        .unwrap()
         .with_lock_wait_timeout(Duration::from_secs(2))
         .with_statement_timeout(Some(Duration::from_millis(4_500)))
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     let mut conn = store.pool().get_conn().await.unwrap();
@@ -125,9 +126,10 @@ async fn sessions_are_strict_with_bounded_lock_waits_and_statements() {
 
 #[tokio::test]
 async fn lock_wait_under_one_second_is_refused() {
-    let err = MySqlStore::builder()
+    let err = MySqlStore::builder("mysql://root@127.0.0.1:1/test")
+        .unwrap()
         .with_lock_wait_timeout(Duration::from_millis(500))
-        .connect("mysql://root@127.0.0.1:1/test")
+        .connect()
         .await
         .unwrap_err();
     assert!(matches!(err, MySqlError::InvalidSetting(_)), "{err:?}");
@@ -183,9 +185,9 @@ async fn outcomes_do_not_leak_from_one_statement_to_the_next_on_a_connection() {
         OptsBuilder::from_opts(opts)
             .pool_opts(PoolOpts::default().with_constraints(PoolConstraints::new(1, 1).unwrap())),
     );
-    let store = MySqlStore::builder()
+    let store = MySqlStoreBuilder::from_pool(pool)
         .with_table(table)
-        .from_pool(pool)
+        .build()
         .unwrap();
     assert_eq!(store.claim("n", "h1", "i", 10_000).await.unwrap(), Some(1));
     assert_eq!(store.claim("n", "h2", "i", 10_000).await.unwrap(), None);
@@ -216,9 +218,9 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
                     PoolOpts::default().with_constraints(PoolConstraints::new(1, 1).unwrap()),
                 ),
         );
-        let store = MySqlStore::builder()
+        let store = MySqlStoreBuilder::from_pool(pool)
             .with_table(table)
-            .from_pool(pool)
+            .build()
             .unwrap();
         let name = format!("frozen-{found_rows}");
         assert!(
@@ -241,19 +243,21 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
 async fn eight_replicas_migrating_a_new_table_at_once_all_succeed() {
     let Some(url) = common::url() else { return };
     let table = "lm_migrate_race";
-    let first = MySqlStore::builder()
+    let first = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(table)
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     common::drop_table(&first, table).await;
     let mut stores = Vec::new();
     for _ in 0..8 {
         stores.push(
-            MySqlStore::builder()
+            MySqlStore::builder(&url)
+                .unwrap()
                 .with_table(table)
                 .with_pool_constraints(0, 2)
-                .connect(&url)
+                .connect()
                 .await
                 .unwrap(),
         );
@@ -286,9 +290,10 @@ async fn eight_replicas_migrating_a_new_table_at_once_all_succeed() {
 async fn a_table_whose_names_are_not_binary_is_refused() {
     let Some(url) = common::url() else { return };
     let table = "lm_text_names";
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(table)
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     common::drop_table(&store, table).await;
@@ -323,9 +328,10 @@ async fn a_qualified_table_name_works() {
         .unwrap();
     drop(conn);
     let table = format!("{db}.lm_qualified");
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(&table)
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     common::drop_table(&store, "lm_qualified").await;
@@ -371,7 +377,9 @@ async fn the_password_stays_out_of_debug_display_and_errors() {
         assert_no_secret("a bad URL's error", &chain(&err));
     }
 
-    let builder = MySqlStore::builder().with_tls(SslOpts::default());
+    let builder = MySqlStore::builder(&format!("mysql://app:{SECRET}@127.0.0.1/test"))
+        .unwrap()
+        .with_tls(SslOpts::default());
     assert_no_secret("the builder", &format!("{builder:?}"));
 
     let Some(server) = common::url() else { return };
@@ -434,9 +442,10 @@ async fn tls_options_in_the_url_are_refused_by_a_server_without_tls() {
         }
     }
     // The builder's TLS options, whatever the URL says.
-    let err = MySqlStore::builder()
+    let err = MySqlStore::builder(&url)
+        .unwrap()
         .with_tls(SslOpts::default().with_danger_accept_invalid_certs(true))
-        .connect(&url)
+        .connect()
         .await;
     if !tls_on_server {
         assert!(
@@ -464,10 +473,11 @@ async fn racing_claims_have_one_winner_and_no_errors() {
     let Some(url) = common::url() else { return };
     let table = "lm_race";
     let setup = common::fresh(&url, table).await;
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url)
+        .unwrap()
         .with_table(table)
         .with_pool_constraints(0, 16)
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     for round in 0..30 {

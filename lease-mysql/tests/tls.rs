@@ -190,10 +190,11 @@ async fn tls_connections_are_encrypted_and_certificates_checked() {
     };
 
     // The CA trusted, the name matching: encrypted, and the protocol runs.
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url("localhost", ""))
+        .unwrap()
         .with_table("lm_tls")
         .with_tls(ca_only(&server))
-        .connect(&url("localhost", ""))
+        .connect()
         .await
         .unwrap();
     assert!(store.tls_required());
@@ -205,9 +206,10 @@ async fn tls_connections_are_encrypted_and_certificates_checked() {
     assert!(format!("{store:?}").contains("tls: true"));
 
     // The certificate names localhost, not 127.0.0.1: refused...
-    let err = MySqlStore::builder()
+    let err = MySqlStore::builder(&url("127.0.0.1", ""))
+        .unwrap()
         .with_tls(ca_only(&server))
-        .connect(&url("127.0.0.1", ""))
+        .connect()
         .await
         .unwrap_err();
     assert!(matches!(err, MySqlError::Connect { .. }), "{err:?}");
@@ -218,18 +220,20 @@ async fn tls_connections_are_encrypted_and_certificates_checked() {
     // mysql_async 0.37's skip of the name check (`verify_identity=false`)
     // does not work with rustls 0.23: it looks for a message rustls no longer
     // prints. Shown here so that a fixed driver is noticed.
-    let skipped = MySqlStore::builder()
+    let skipped = MySqlStore::builder(&url("127.0.0.1", ""))
+        .unwrap()
         .with_tls(ca_only(&server).with_danger_skip_domain_validation(true))
-        .connect(&url("127.0.0.1", ""))
+        .connect()
         .await;
     assert!(
         skipped.is_err(),
         "verify_identity=false works now: update the README"
     );
     // What works: checking the certificate against the name it carries.
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(&url("127.0.0.1", ""))
+        .unwrap()
         .with_tls(ca_only(&server).with_danger_tls_hostname_override(Some("localhost")))
-        .connect(&url("127.0.0.1", ""))
+        .connect()
         .await
         .unwrap();
     assert!(!cipher(&store).await.is_empty());

@@ -5,7 +5,7 @@
 
 mod common;
 
-use lease_mysql::{MySqlError, MySqlStore};
+use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
 
 /// Issue 16, item 9: a `/`, `?` or `#` left in the password ends the
 /// URL's authority early, and the driver mis-parses what follows.
@@ -17,7 +17,7 @@ async fn an_unencoded_slash_in_the_password_is_refused_without_echoing_it() {
         "mysql://app:s3cr?tPart@127.0.0.1:3306/test",
         "mysql://app:s3cr#tPart@127.0.0.1:3306/test",
     ] {
-        let err = MySqlStore::builder().connect(url).await.err().unwrap();
+        let err = MySqlStore::connect(url).await.err().unwrap();
         let shown = format!("{err} {err:?}");
         assert!(
             shown.contains("percent-encode the password"),
@@ -56,7 +56,7 @@ async fn an_encoded_password_with_those_characters_connects() {
         opts.ip_or_hostname(),
         opts.tcp_port(),
     );
-    let connected = MySqlStore::builder().connect(&encoded).await;
+    let connected = MySqlStore::builder(&encoded).unwrap().connect().await;
     for host in ["%", "localhost"] {
         conn.query_drop(format!("DROP USER IF EXISTS '{user}'@'{host}'"))
             .await
@@ -74,7 +74,9 @@ fn the_pool_the_store_hands_out_does_not_show_the_password() {
     use lease_mysql::mysql_async::{Opts, Pool};
 
     let opts = Opts::from_url("mysql://app:Pw-s3cret-7@127.0.0.1:1/test").unwrap();
-    let store = MySqlStore::builder().from_pool(Pool::new(opts)).unwrap();
+    let store = MySqlStoreBuilder::from_pool(Pool::new(opts))
+        .build()
+        .unwrap();
     let shown = format!("{:?} {:#?} {store:?}", store.pool(), store.pool());
     assert!(!shown.contains("Pw-s3cret-7"), "{shown}");
     assert!(shown.contains("MySqlPool"), "{shown}");

@@ -76,6 +76,35 @@ pub enum PostgresError {
         #[source]
         source: deadpool_postgres::PoolError,
     },
+
+    /// A statement failed, or no connection could be had for it: see
+    /// [`is_retryable`](Self::is_retryable).
+    #[error("a PostgreSQL statement failed")]
+    Database(#[source] lease_core::BoxError),
+}
+
+impl PostgresError {
+    /// Whether trying again later may succeed: the error of a statement
+    /// that the server may accept next time (a timeout, a lost
+    /// connection, a conflict), by
+    /// [`LeaseStore::classify`](lease_core::LeaseStore::classify)'s rules.
+    #[must_use]
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PostgresError::Connect { .. } => true,
+            PostgresError::Database(source) => classify(&**source).is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// The error of a statement run on the store's behalf: this crate's
+    /// own when it is one, [`Database`](Self::Database) otherwise.
+    pub(crate) fn from_statement(error: lease_core::BoxError) -> Self {
+        match error.downcast::<PostgresError>() {
+            Ok(own) => *own,
+            Err(other) => PostgresError::Database(other),
+        }
+    }
 }
 
 /// What kind of failure a statement's error is, by its SQLSTATE: see

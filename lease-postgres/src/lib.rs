@@ -1,21 +1,22 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod builder;
 mod error;
 mod schema;
 mod sql;
 mod store;
 mod tls;
-mod token;
 mod transaction;
 
+pub use builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStoreBuilder,
+    SCHEMES,
+};
 pub use error::PostgresError;
 pub use lease_core::{BoxFuture, GuardError, GuardStatement};
-pub use sql::DEFAULT_TABLE;
-pub use store::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStore,
-    PostgresStoreBuilder, StatementMode,
-};
+pub use sql::{DEFAULT_TABLE, StatementMode};
+pub use store::PostgresStore;
 pub use tls::SslMode;
 
 /// The driver and pool this crate is built on, re-exported so that an

@@ -27,7 +27,8 @@ use tokio_postgres::types::Type;
 
 use crate::error::PostgresError;
 use crate::sql::{MIGRATE_LOCK, Statements, TABLE_COLUMNS};
-use crate::store::{StatementMode, query};
+use crate::sql::{StatementMode, query};
+use crate::store::PostgresStore;
 
 /// The columns the statements read and write.
 const COLUMNS: [&str; 8] = [
@@ -141,6 +142,31 @@ fn check_columns(rows: &[tokio_postgres::Row], sql: &Statements) -> Result<(), B
         );
     }
     Ok(())
+}
+
+impl PostgresStore {
+    /// Creates the lease table if it does not exist: idempotent, and safe
+    /// when many replicas run it at once on a database without the table
+    /// (see the crate docs). The same as
+    /// [`Leases::migrate`](lease_core::Leases::migrate), without the
+    /// coordinator's client-side bound (the server's statement timeout
+    /// bounds each statement).
+    ///
+    /// # Errors
+    ///
+    /// [`PostgresError::IncompatibleTable`] for an existing table that
+    /// cannot carry leases; [`PostgresError::Database`] when the server
+    /// refuses (no `CREATE` privilege on the schema while the table is
+    /// missing) or does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the table is either created or not.
+    pub async fn migrate(&self) -> Result<(), PostgresError> {
+        migrate(&self.inner.pool, &self.inner.sql, self.inner.statement_mode)
+            .await
+            .map_err(PostgresError::from_statement)
+    }
 }
 
 #[cfg(test)]

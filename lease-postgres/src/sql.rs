@@ -42,7 +42,18 @@
 //! name that has no row yet, `ON CONFLICT DO NOTHING`, which locks nothing.
 //! A claim refused because the name is held takes no lock at all.
 
+use std::error::Error;
+use std::fmt;
+
+use bytes::BytesMut;
+use deadpool_postgres::Object;
+use futures_util::StreamExt;
+use lease_core::BoxError;
+use tokio_postgres::Row;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
 use crate::error::PostgresError;
+use crate::store::PostgresStore;
 
 /// The table the specification names, used unless the builder says otherwise.
 pub const DEFAULT_TABLE: &str = "gst_leases";
@@ -431,6 +442,134 @@ fn create_table(t: &str) -> String {
     )
 }
 
+/// How a [`PostgresStore`] sends its protocol statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StatementMode {
+    /// Named prepared statements, prepared once per connection and cached
+    /// (the default): each later use is one round trip with the statement's
+    /// name. They live on the server connection that prepared them, so they
+    /// break behind a pooler that hands each transaction another server
+    /// connection (PgBouncer in transaction pooling mode before 1.21).
+    #[default]
+    Prepared,
+    /// Unnamed statements with typed parameters (`query_typed`): parse,
+    /// bind and execute in one round trip, nothing left on the server
+    /// connection, so the store works behind PgBouncer in transaction
+    /// pooling mode. The server parses and plans every statement. URL
+    /// parameter `statement_mode=unnamed`.
+    Unnamed,
+}
+
+/// A holder token as a statement parameter, encoded exactly as the `&str`
+/// it wraps.
+///
+/// tokio-postgres logs every statement it executes with its parameters'
+/// `Debug` output (the `log` crate, target `tokio_postgres::query`, debug
+/// level). The token is the tenure's credential: whoever has it can renew
+/// or release the lease. So its `Debug` shows a placeholder.
+#[derive(Clone, Copy)]
+pub(crate) struct Token<'a>(pub(crate) &'a str);
+
+impl fmt::Debug for Token<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<holder token>")
+    }
+}
+
+impl ToSql for Token<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
+impl PostgresStore {
+    pub(crate) async fn client(&self) -> Result<Object, BoxError> {
+        Ok(self.inner.pool.get().await?)
+    }
+
+    /// Runs `sql` with typed `params` and returns its rows, as the
+    /// [statement mode](StatementMode) says.
+    pub(crate) async fn rows(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, BoxError> {
+        let client = self.client().await?;
+        Ok(query(&client, self.inner.statement_mode, sql, params).await?)
+    }
+
+    /// The first row of [`rows`](Self::rows), if any (the protocol's
+    /// statements return at most one where this is used).
+    pub(crate) async fn row(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<Row>, BoxError> {
+        Ok(self.rows(sql, params).await?.into_iter().next())
+    }
+
+    /// Runs `sql` with typed `params` and returns the rows it changed.
+    pub(crate) async fn affected(
+        &self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, BoxError> {
+        let client = self.client().await?;
+        match self.inner.statement_mode {
+            StatementMode::Unnamed => {
+                let stream = client
+                    .query_typed_raw(sql, params.iter().map(|(v, t)| (*v, t.clone())))
+                    .await?;
+                let mut stream = std::pin::pin!(stream);
+                while let Some(row) = stream.next().await {
+                    row?;
+                }
+                Ok(stream.rows_affected().unwrap_or(0))
+            }
+            StatementMode::Prepared => {
+                let stmt = client.prepare_cached(sql).await?;
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+                Ok(client.execute(&stmt, &values).await?)
+            }
+        }
+    }
+}
+
+/// Runs `sql` on `client` with typed `params`, as `mode` says: a named
+/// statement prepared once and cached, or an unnamed one.
+pub(crate) async fn query(
+    client: &deadpool_postgres::ClientWrapper,
+    mode: StatementMode,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    match mode {
+        StatementMode::Unnamed => client.query_typed(sql, params).await,
+        StatementMode::Prepared => {
+            let stmt = client.prepare_cached(sql).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+            client.query(&stmt, &values).await
+        }
+    }
+}
+
+/// A term as the database stores it (`bigint`) to the protocol's `u64`.
+pub(crate) fn term(value: i64) -> Result<u64, BoxError> {
+    u64::try_from(value)
+        .map_err(|_| format!("the lease table holds a negative term ({value})").into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,5 +613,18 @@ mod tests {
             assert!(stmt.contains("\"my_t\""), "{stmt}");
             assert!(!stmt.contains("gst_leases"), "{stmt}");
         }
+    }
+
+    #[test]
+    fn debug_hides_the_token_and_encoding_keeps_it() {
+        let token = Token("t0k3n-secret");
+        assert_eq!(
+            format!("{token:?} {:?}", [token]),
+            "<holder token> [<holder token>]"
+        );
+        let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
+        token.to_sql(&Type::TEXT, &mut a).unwrap();
+        "t0k3n-secret".to_sql(&Type::TEXT, &mut b).unwrap();
+        assert_eq!(a, b);
     }
 }

@@ -12,6 +12,8 @@ use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 
+use tokio_postgres_rustls::MakeRustlsConnect;
+
 use crate::error::PostgresError;
 
 /// How the connection uses TLS: libpq's `sslmode`, given as the URL's
@@ -287,6 +289,16 @@ pub(crate) fn read_root_certificates(
         )));
     }
     Ok(roots)
+}
+
+/// The TLS of a cancel request: the same as the connection's.
+#[derive(Clone)]
+pub(crate) enum CancelTls {
+    Plain,
+    Rustls(MakeRustlsConnect),
+    /// A pool given by the application: its TLS is unknown, so no cancel
+    /// request is sent (the connection is closed instead).
+    Unknown,
 }
 
 #[cfg(test)]

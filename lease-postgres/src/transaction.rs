@@ -8,8 +8,10 @@ use lease_core::{BoxError, BoxFuture, GuardError, GuardStatement, LeaseContext, 
 use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, NoTls};
 
-use crate::store::{CancelTls, DEFAULT_STATEMENT_TIMEOUT, PostgresStore, StatementMode};
-use crate::token::Token;
+use crate::builder::DEFAULT_STATEMENT_TIMEOUT;
+use crate::sql::{StatementMode, Token};
+use crate::store::PostgresStore;
+use crate::tls::CancelTls;
 
 /// How long a cancel request for an abandoned transaction may take.
 const CANCEL_BOUND: Duration = Duration::from_secs(5);

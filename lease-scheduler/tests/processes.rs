@@ -74,11 +74,10 @@ fn unique(prefix: &str) -> String {
 async fn open(url: &str, table: &str) -> Arc<dyn LeaseStore> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         Arc::new(
-            lease_sqlite::SqliteStore::builder()
-                .path(path)
-                .table(table)
-                .busy_timeout(Duration::from_millis(250))
-                .open()
+            lease_sqlite::SqliteStoreBuilder::from_path(path)
+                .with_table(table)
+                .with_busy_timeout(Duration::from_millis(250))
+                .build()
                 .unwrap(),
         )
     } else if url.starts_with("postgres") {
@@ -92,9 +91,10 @@ async fn open(url: &str, table: &str) -> Arc<dyn LeaseStore> {
         )
     } else {
         Arc::new(
-            lease_mysql::MySqlStore::builder()
+            lease_mysql::MySqlStore::builder(url)
+                .unwrap()
                 .with_table(table)
-                .connect(url)
+                .connect()
                 .await
                 .unwrap(),
         )
@@ -372,9 +372,10 @@ async fn sigkill_of_a_replica_process_on_mysql() {
     let dir = tempfile::tempdir().unwrap();
     let table = unique("lschp_");
     scenario(&url, &table, dir.path()).await;
-    let store = lease_mysql::MySqlStore::builder()
+    let store = lease_mysql::MySqlStore::builder(&url)
+        .unwrap()
         .with_table(&table)
-        .connect(&url)
+        .connect()
         .await
         .unwrap();
     let mut conn = store.pool().get_conn().await.unwrap();

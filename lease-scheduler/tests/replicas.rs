@@ -254,10 +254,9 @@ async fn three_replicas_on_sqlite() {
     let path = dir.path().join("leases.db");
     let open = || -> Arc<dyn LeaseStore> {
         Arc::new(
-            lease_sqlite::SqliteStore::builder()
-                .path(&path)
-                .busy_timeout(Duration::from_millis(250))
-                .open()
+            lease_sqlite::SqliteStoreBuilder::from_path(&path)
+                .with_busy_timeout(Duration::from_millis(250))
+                .build()
                 .unwrap(),
         )
     };
@@ -301,9 +300,10 @@ async fn three_replicas_on_mysql() {
     let table = unique("lsch_");
     let mut stores = Vec::new();
     for _ in 0..3 {
-        let store = lease_mysql::MySqlStore::builder()
+        let store = lease_mysql::MySqlStore::builder(&url)
+            .unwrap()
             .with_table(&table)
-            .connect(&url)
+            .connect()
             .await
             .expect("connect to LEASE_TEST_MYSQL_URL");
         stores.push(store);

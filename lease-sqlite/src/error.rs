@@ -42,10 +42,11 @@ pub enum SqliteError {
         reason: &'static str,
     },
 
-    /// The builder was given neither a path nor
-    /// [`in_memory`](crate::SqliteStoreBuilder::in_memory).
-    #[error("no SQLite database given: call path() or in_memory() on the builder")]
-    MissingDatabase,
+    /// A call did not complete: the runtime shut down before it ran (or
+    /// before [`connect`](crate::SqliteStoreBuilder::connect) opened the
+    /// database), or it was abandoned.
+    #[error("the SQLite call did not complete: the runtime shut down or the call was abandoned")]
+    Cancelled,
 
     /// SQLite could not open the database, or refused to configure the
     /// connection (busy timeout, journal mode).
@@ -74,6 +75,15 @@ pub enum SqliteError {
 }
 
 impl SqliteError {
+    /// The error of a call through the blocking bridge: SQLite's own, or
+    /// the call did not complete.
+    pub(crate) fn from_call(error: lease_core::BoxError) -> Self {
+        match error.downcast::<rusqlite::Error>() {
+            Ok(error) => SqliteError::Database(*error),
+            Err(_) => SqliteError::Cancelled,
+        }
+    }
+
     /// Whether trying again later may succeed: another connection held the
     /// file's lock past the busy timeout.
     #[must_use]

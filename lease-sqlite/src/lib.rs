@@ -1,13 +1,19 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod bridge;
+mod builder;
 mod error;
 mod schema;
 mod sql;
 mod store;
+mod transaction;
 
+pub use builder::{DEFAULT_BUSY_TIMEOUT, SCHEMES, SqliteStoreBuilder, Synchronous};
 pub use error::SqliteError;
-pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder, Synchronous};
+pub use lease_core::{GuardError, GuardStatement};
+pub use sql::DEFAULT_TABLE;
+pub use store::SqliteStore;
 
 /// The rusqlite this crate is built on: the types a
 /// [guarded transaction](SqliteStore::transaction)'s work receives.

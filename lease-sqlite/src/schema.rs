@@ -2,6 +2,9 @@
 
 use rusqlite::Connection;
 
+use crate::error::SqliteError;
+use crate::store::SqliteStore;
+
 /// The table's DDL, for the quoted table name `t`.
 ///
 /// `name` keeps SQLite's default `BINARY` collation, so names compare byte
@@ -110,6 +113,47 @@ pub(crate) fn inspect(conn: &Connection, table: &str) -> rusqlite::Result<Found>
         ));
     }
     Ok(Found::Usable)
+}
+
+impl SqliteStore {
+    /// Creates the lease table if it is missing (idempotent: any number of
+    /// processes may run it at once).
+    ///
+    /// It inspects the table before anything else, so that an existing
+    /// table is never written to, and creates it only when it is missing.
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::IncompatibleTable`] for an existing table that cannot
+    /// carry leases (a column missing, names compared under a collation
+    /// other than `BINARY`); [`SqliteError::Database`] when a statement
+    /// fails.
+    pub async fn migrate(&self) -> Result<(), SqliteError> {
+        let found = self
+            .run(|conn, sql| {
+                let table = sql.table.name();
+                match inspect(conn, table)? {
+                    Found::Missing => {
+                        conn.execute_batch(&sql.create_table)?;
+                        inspect(conn, table)
+                    }
+                    found => Ok(found),
+                }
+            })
+            .await
+            .map_err(SqliteError::from_call)?;
+        match found {
+            Found::Usable => Ok(()),
+            Found::Missing => Err(SqliteError::IncompatibleTable {
+                table: self.inner.sql.table.name().to_owned(),
+                reason: "the table is still missing after its creation".into(),
+            }),
+            Found::Incompatible(reason) => Err(SqliteError::IncompatibleTable {
+                table: self.inner.sql.table.name().to_owned(),
+                reason,
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,10 +9,13 @@
 //! reads `'now'` once per statement step, so every mention of [`NOW`] in a
 //! statement sees the same instant.
 
+use lease_core::{LeaseInfo, SlotClaim, SupersededSlot, UnfinishedRow};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
+
 use crate::error::SqliteError;
 
-/// The default table name: the specification's.
-pub(crate) const DEFAULT_TABLE: &str = "gst_leases";
+/// The lease table unless the builder names another: the specification's.
+pub const DEFAULT_TABLE: &str = "gst_leases";
 
 /// The longest table name accepted, in bytes (PostgreSQL's limit, so one name
 /// works on every backend).
@@ -293,6 +296,163 @@ const INFO_COLUMNS: &str = "name, instance, term, expires_at_ms, \
 
 fn last_slot(t: &str) -> String {
     format!("SELECT slot_ms FROM {t} WHERE name = ?1")
+}
+
+/// The most names one `find_unfinished` statement binds. SQLite refuses
+/// statements with more than 32766 parameters; a longer list is answered by
+/// one statement per this many names, all on the same call.
+const MAX_NAMES_PER_STATEMENT: usize = 32_000;
+
+/// The most leases one batch renewal statement binds (two parameters each).
+const MAX_RENEWALS_PER_STATEMENT: usize = 8_192;
+
+/// Reads a term: SQLite stores it as a (signed) INTEGER, never negative.
+/// A row of `get` or `list`.
+pub(crate) fn info(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseInfo> {
+    Ok(LeaseInfo {
+        name: row.get(0)?,
+        instance: row.get(1)?,
+        term: term_at(row, 2)?,
+        expires_at_ms: row.get(3)?,
+        now_ms: row.get(4)?,
+        slot_ms: row.get(5)?,
+        unfinished_slot_ms: row.get(6)?,
+        rerun_slot_ms: row.get(7)?,
+    })
+}
+
+pub(crate) fn term_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
+    let term: i64 = row.get(idx)?;
+    u64::try_from(term).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, term))
+}
+
+/// The row an instant claim reads before it writes.
+struct SlotRow {
+    term: i64,
+    slot_ms: i64,
+    unfinished_slot_ms: i64,
+    rerun_slot_ms: i64,
+    expired: bool,
+}
+
+/// Claims an instant inside one `BEGIN IMMEDIATE` transaction: no other
+/// connection writes between the read and the write, and the write still
+/// compares the term it read.
+pub(crate) fn claim_slot_in(
+    conn: &mut Connection,
+    sql: &Statements,
+    args: (&str, &str, &str, i64, i64),
+) -> rusqlite::Result<SlotClaim> {
+    let (name, holder, instance, slot_ms, lease_ms) = args;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let row = tx
+        .query_row(&sql.slot_read, [name], |row| {
+            Ok(SlotRow {
+                term: row.get(0)?,
+                slot_ms: row.get(1)?,
+                unfinished_slot_ms: row.get(2)?,
+                rerun_slot_ms: row.get(3)?,
+                expired: row.get(4)?,
+            })
+        })
+        .optional()?;
+    let outcome = match row {
+        None => {
+            let inserted = tx
+                .prepare_cached(&sql.slot_insert)?
+                .execute(params![name, holder, instance, slot_ms, lease_ms])?;
+            if inserted == 1 {
+                SlotClaim::Claimed {
+                    term: 1,
+                    superseded: None,
+                }
+            } else {
+                SlotClaim::Refused
+            }
+        }
+        Some(row) if row.expired && slot_ms > row.slot_ms => {
+            let updated = tx
+                .prepare_cached(&sql.slot_update)?
+                .execute(params![name, holder, instance, slot_ms, lease_ms, row.term])?;
+            if updated == 1 {
+                let given_up = row.slot_ms != 0 && row.unfinished_slot_ms == row.slot_ms;
+                SlotClaim::Claimed {
+                    term: u64::try_from(row.term.saturating_add(1))
+                        .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, row.term))?,
+                    superseded: given_up.then_some(SupersededSlot {
+                        slot_ms: row.slot_ms,
+                        rerun: row.rerun_slot_ms == row.slot_ms,
+                    }),
+                }
+            } else {
+                SlotClaim::Refused
+            }
+        }
+        Some(_) => SlotClaim::Refused,
+    };
+    tx.commit()?;
+    Ok(outcome)
+}
+
+/// The batch renewal: one `UPDATE ... RETURNING` per
+/// [`MAX_RENEWALS_PER_STATEMENT`] leases (padded to a power of two by
+/// repeating the last, so a few prepared statements serve every size),
+/// answered in order from the rows it returned.
+pub(crate) fn renew_many_in(
+    conn: &Connection,
+    sql: &Statements,
+    leases: &[(String, String)],
+    lease_ms: i64,
+) -> rusqlite::Result<Vec<bool>> {
+    let mut held = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(MAX_RENEWALS_PER_STATEMENT) {
+        let Some(last) = chunk.last() else { continue };
+        let slots = chunk.len().next_power_of_two();
+        let padded = chunk
+            .iter()
+            .chain(std::iter::repeat_n(last, slots - chunk.len()));
+        let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(1 + 2 * slots);
+        values.push(lease_ms.into());
+        for (name, holder) in padded {
+            values.push(name.clone().into());
+            values.push(holder.clone().into());
+        }
+        let mut stmt = conn.prepare_cached(&renew_many(sql.table.quoted(), slots))?;
+        let renewed = stmt
+            .query_map(params_from_iter(values), |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        held.extend(
+            chunk
+                .iter()
+                .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder)),
+        );
+    }
+    Ok(held)
+}
+
+pub(crate) fn find_unfinished_in(
+    conn: &Connection,
+    sql: &Statements,
+    names: &[String],
+) -> rusqlite::Result<Vec<UnfinishedRow>> {
+    let mut found = Vec::new();
+    for chunk in names.chunks(MAX_NAMES_PER_STATEMENT) {
+        let statement = find_unfinished(sql.table.quoted(), chunk.len());
+        let mut stmt = conn.prepare(&statement)?;
+        let rows = stmt.query_map(params_from_iter(chunk), |row| {
+            Ok(UnfinishedRow {
+                name: row.get(0)?,
+                term: term_at(row, 1)?,
+                slot_ms: row.get(2)?,
+            })
+        })?;
+        for row in rows {
+            found.push(row?);
+        }
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use lease_core::{DbErrorKind, LeaseStore, Leases};
-use lease_sqlite::SqliteStore;
+use lease_sqlite::{SqliteStore, SqliteStoreBuilder};
 use rusqlite::Connection;
 
 /// Another process holds the write lock past the busy timeout: SQLite
@@ -21,10 +21,9 @@ use rusqlite::Connection;
 async fn a_write_lock_held_elsewhere_is_a_conflict_and_retryable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    let store = SqliteStore::builder()
-        .path(&path)
-        .busy_timeout(Duration::from_millis(100))
-        .open()
+    let store = SqliteStoreBuilder::from_path(&path)
+        .with_busy_timeout(Duration::from_millis(100))
+        .build()
         .unwrap();
     LeaseStore::migrate(&store).await.unwrap();
     let other = Connection::open(&path).unwrap();

@@ -289,7 +289,7 @@ impl LeaseStore for Recording {
     }
 
     async fn migrate(&self) -> Result<(), BoxError> {
-        self.inner.migrate().await
+        LeaseStore::migrate(&self.inner).await
     }
 
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use lease_core::{LeaseStore, Leases};
+use lease_core::Leases;
 use lease_sqlite::{SqliteError, SqliteStore};
 use rusqlite::Connection;
 
@@ -37,10 +37,10 @@ async fn migrate_error(path: &PathBuf) -> String {
     let store = SqliteStore::open(path).unwrap();
     let err = store.migrate().await.unwrap_err();
     let msg = err.to_string();
-    match err.downcast::<SqliteError>() {
-        Ok(e) => assert!(matches!(*e, SqliteError::IncompatibleTable { .. }), "{e:?}"),
-        Err(other) => panic!("expected IncompatibleTable, got {other:?}"),
-    }
+    assert!(
+        matches!(err, SqliteError::IncompatibleTable { .. }),
+        "expected IncompatibleTable, got {err:?}"
+    );
     msg
 }
 

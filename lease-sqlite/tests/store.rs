@@ -17,7 +17,7 @@ use lease_core::GuardError;
 use lease_core::{
     EndCause, Finished, LeaseContext, LeaseStore, Leases, LostCause, SlotClaim, SupersededSlot,
 };
-use lease_sqlite::{SqliteError, SqliteStore};
+use lease_sqlite::{SqliteError, SqliteStore, SqliteStoreBuilder};
 use rusqlite::Connection;
 use tokio::sync::Barrier;
 
@@ -107,7 +107,9 @@ async fn files_are_in_wal_mode() {
 async fn a_missing_file_is_created_and_migrate_is_idempotent() {
     let (_dir, path) = db_file();
     assert!(!path.exists());
-    let store = SqliteStore::connect(&format!("sqlite://{}", path.display())).unwrap();
+    let store = SqliteStore::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
     assert!(path.exists());
     for _ in 0..3 {
         store.migrate().await.unwrap();
@@ -300,10 +302,9 @@ async fn names_compare_byte_for_byte() {
 async fn tables_are_configurable_and_independent() {
     let (_dir, path) = db_file();
     let default = migrated(&path).await;
-    let other = SqliteStore::builder()
-        .path(&path)
-        .table("Other_Leases_2")
-        .open()
+    let other = SqliteStoreBuilder::from_path(&path)
+        .with_table("Other_Leases_2")
+        .build()
         .unwrap();
     assert_eq!(other.table(), "Other_Leases_2");
     other.migrate().await.unwrap();
@@ -327,10 +328,9 @@ async fn tables_are_configurable_and_independent() {
 
 #[test]
 fn invalid_table_names_are_refused_with_the_name() {
-    let err = SqliteStore::builder()
-        .in_memory()
-        .table("my-leases")
-        .open()
+    let err = SqliteStoreBuilder::in_memory()
+        .with_table("my-leases")
+        .build()
         .unwrap_err();
     assert!(matches!(err, SqliteError::InvalidTable { ref table, .. } if table == "my-leases"));
 }
@@ -341,10 +341,9 @@ fn invalid_table_names_are_refused_with_the_name() {
 #[tokio::test]
 async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
     let (_dir, path) = db_file();
-    let store = SqliteStore::builder()
-        .path(&path)
-        .busy_timeout(Duration::from_millis(100))
-        .open()
+    let store = SqliteStoreBuilder::from_path(&path)
+        .with_busy_timeout(Duration::from_millis(100))
+        .build()
         .unwrap();
     store.migrate().await.unwrap();
     let conn = raw(&path);
@@ -370,10 +369,9 @@ async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_calls_leave_the_store_usable() {
     let (_dir, path) = db_file();
-    let store = SqliteStore::builder()
-        .path(&path)
-        .busy_timeout(Duration::from_secs(2))
-        .open()
+    let store = SqliteStoreBuilder::from_path(&path)
+        .with_busy_timeout(Duration::from_secs(2))
+        .build()
         .unwrap();
     store.migrate().await.unwrap();
     let conn = raw(&path);
@@ -750,10 +748,9 @@ async fn a_successor_waits_for_the_guarded_transaction_to_end() {
     set_expiry(&conn, "fenced", db_now + 100);
     drop(conn);
 
-    let successor = SqliteStore::builder()
-        .path(&path)
-        .busy_timeout(Duration::from_secs(5))
-        .open()
+    let successor = SqliteStoreBuilder::from_path(&path)
+        .with_busy_timeout(Duration::from_secs(5))
+        .build()
         .unwrap();
     let committed = Arc::new(std::sync::Mutex::new(None));
     let mark = Arc::clone(&committed);

@@ -115,6 +115,15 @@ impl ConnectError {
     }
 }
 
+/// The URL schemes of SQLite, PostgreSQL and MySQL, as their crates'
+/// `SCHEMES` say: named here too for a build without the crate, so that a
+/// URL of a backend left out says which feature to turn on.
+const DISABLED_SCHEMES: (&[&str], &[&str], &[&str]) = (
+    &["sqlite"],
+    &["postgres", "postgresql"],
+    &["mysql", "mariadb"],
+);
+
 /// The database a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dialect {
@@ -134,9 +143,17 @@ fn backend_of(url: &str) -> Result<(Dialect, String), ConnectError> {
         }
     };
     let backend = match scheme.as_str() {
-        "sqlite" => Dialect::Sqlite,
-        "postgres" | "postgresql" => Dialect::Postgres,
-        "mysql" | "mariadb" => Dialect::MySql,
+        #[cfg(feature = "sqlite")]
+        s if lease_sqlite::SCHEMES.contains(&s) => Dialect::Sqlite,
+        #[cfg(feature = "postgres")]
+        s if lease_postgres::SCHEMES.contains(&s) => Dialect::Postgres,
+        #[cfg(feature = "mysql")]
+        s if lease_mysql::SCHEMES.contains(&s) => Dialect::MySql,
+        // The schemes of the backends this build leaves out, to say which
+        // feature turns them on (a test checks they are the crates' own).
+        s if DISABLED_SCHEMES.0.contains(&s) => Dialect::Sqlite,
+        s if DISABLED_SCHEMES.1.contains(&s) => Dialect::Postgres,
+        s if DISABLED_SCHEMES.2.contains(&s) => Dialect::MySql,
         "clickhouse" | "clickhouses" => Dialect::ClickHouse,
         _ => return Err(ConnectError::UnknownScheme { scheme }),
     };
@@ -226,7 +243,7 @@ pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
         Dialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        Dialect::Sqlite => open_sqlite(url, scheme),
+        Dialect::Sqlite => open_sqlite(url, scheme).await,
         Dialect::Postgres => open_postgres(url, scheme).await,
         Dialect::MySql => open_mysql(url, scheme).await,
     }
@@ -303,8 +320,9 @@ impl Backend {
 }
 
 #[cfg(feature = "sqlite")]
-fn open_sqlite(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
+async fn open_sqlite(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
     lease_sqlite::SqliteStore::connect(url)
+        .await
         .map(Backend::Sqlite)
         .map_err(|e| ConnectError::Backend {
             backend: "sqlite",
@@ -313,7 +331,7 @@ fn open_sqlite(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
 }
 
 #[cfg(not(feature = "sqlite"))]
-fn open_sqlite(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
+async fn open_sqlite(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "sqlite",
@@ -407,6 +425,16 @@ async fn from_var(var: &'static str) -> Result<Leases, ConnectError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schemes named for a build without a backend are the backend's
+    /// own, so turning its feature on changes no URL's meaning.
+    #[cfg(all(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    #[test]
+    fn the_schemes_named_for_disabled_backends_are_the_crates_own() {
+        assert_eq!(DISABLED_SCHEMES.0, lease_sqlite::SCHEMES);
+        assert_eq!(DISABLED_SCHEMES.1, lease_postgres::SCHEMES);
+        assert_eq!(DISABLED_SCHEMES.2, lease_mysql::SCHEMES);
+    }
 
     #[tokio::test]
     async fn clickhouse_is_the_unsupported_database_error() {

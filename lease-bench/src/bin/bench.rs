@@ -44,7 +44,7 @@ use dblease::mysql::MySqlStore;
 use dblease::mysql::mysql_async::{self, prelude::Queryable};
 use dblease::postgres::PostgresStore;
 use dblease::postgres::deadpool_postgres;
-use dblease::sqlite::{SqliteStore, Synchronous};
+use dblease::sqlite::{SqliteStoreBuilder, Synchronous};
 use dblease::{CancellationToken, LeaseContext, Leases, UtcMillis};
 use lease_bench::stats::{Latency, Summary, ratio};
 use lease_bench::url::Backend;
@@ -303,10 +303,10 @@ impl Target {
                 )
             }
             Backend::MySql => {
-                let store = MySqlStore::builder()
+                let store = MySqlStore::builder(url)?
                     .with_table(TABLE)
                     .with_pool_constraints(1, POOL)
-                    .connect(url)
+                    .connect()
                     .await?;
                 (
                     Leases::new(store.clone()),
@@ -317,11 +317,10 @@ impl Target {
             }
             Backend::Sqlite => {
                 let path = sqlite_path(url).ok_or("the benchmark needs an SQLite file")?;
-                let store = SqliteStore::builder()
-                    .path(&path)
-                    .table(TABLE)
-                    .synchronous(synchronous)
-                    .open()?;
+                let store = SqliteStoreBuilder::from_path(&path)
+                    .with_table(TABLE)
+                    .with_synchronous(synchronous)
+                    .build()?;
                 let conn = rusqlite::Connection::open(&path)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
                 // The floor runs at the store's durability.

@@ -97,10 +97,9 @@ fn main() {
 /// The store `url` names, on `table`, and the database's name.
 async fn open(url: &str, table: &str) -> (Arc<dyn LeaseStore>, &'static str) {
     if let Some(path) = url.strip_prefix("sqlite://") {
-        let store = dblease::sqlite::SqliteStore::builder()
-            .path(path)
-            .table(table)
-            .open()
+        let store = dblease::sqlite::SqliteStoreBuilder::from_path(path)
+            .with_table(table)
+            .build()
             .unwrap();
         (Arc::new(store), "SQLite")
     } else if url.starts_with("postgres") {
@@ -112,9 +111,10 @@ async fn open(url: &str, table: &str) -> (Arc<dyn LeaseStore>, &'static str) {
             .unwrap();
         (Arc::new(store), "PostgreSQL")
     } else {
-        let store = dblease::mysql::MySqlStore::builder()
+        let store = dblease::mysql::MySqlStore::builder(url)
+            .unwrap()
             .with_table(table)
-            .connect(url)
+            .connect()
             .await
             .unwrap();
         (Arc::new(store), "MySQL/MariaDB")
@@ -201,9 +201,10 @@ async fn drop_table(url: &str, table: &str) {
             .unwrap();
     } else {
         use dblease::mysql::mysql_async::prelude::Queryable as _;
-        let store = dblease::mysql::MySqlStore::builder()
+        let store = dblease::mysql::MySqlStore::builder(url)
+            .unwrap()
             .with_table(table)
-            .connect(url)
+            .connect()
             .await
             .unwrap();
         let mut conn = store.pool().get_conn().await.unwrap();

@@ -32,9 +32,10 @@ pub fn with_param(url: &str, param: &str) -> String {
 
 /// A store on `table`, dropped first and migrated.
 pub async fn fresh(url: &str, table: &str) -> MySqlStore {
-    let store = MySqlStore::builder()
+    let store = MySqlStore::builder(url)
+        .unwrap()
         .with_table(table)
-        .connect(url)
+        .connect()
         .await
         .expect("connect to the test server");
     drop_table(&store, table).await;
@@ -159,10 +160,11 @@ pub async fn proxied_store(
         proxy.addr,
         opts.db_name().unwrap_or_default()
     );
-    MySqlStore::builder()
+    MySqlStore::builder(&proxied)
+        .unwrap()
         .with_table(table)
         .with_pool_constraints(1, 1)
-        .connect(&proxied)
+        .connect()
         .await
         .unwrap()
 }

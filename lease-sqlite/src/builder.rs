@@ -1,0 +1,430 @@
+//! Opening a [`SqliteStore`]: its URL, its builder, and the connection's
+//! set-up (WAL, busy timeout, `synchronous`, the file's permissions).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::error::SqliteError;
+use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
+use crate::store::{Inner, SqliteStore};
+
+/// The URL schemes this backend opens: `sqlite://path`, `sqlite:path`,
+/// `sqlite::memory:`.
+pub const SCHEMES: &[&str] = &["sqlite"];
+
+/// How long a statement waits for another connection's write lock on the
+/// same file before it fails, unless the builder says otherwise.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(crate) const MEMORY: &str = ":memory:";
+
+/// Where a store's database is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Database {
+    File(PathBuf),
+    Memory,
+}
+
+/// Builds a [`SqliteStore`]: from a URL ([`SqliteStore::builder`]), a
+/// path ([`from_path`](Self::from_path)) or memory
+/// ([`in_memory`](Self::in_memory)); then the [`table`](Self::with_table),
+/// the [`busy timeout`](Self::with_busy_timeout) and the
+/// [`synchronous`](Self::with_synchronous) level; then
+/// [`connect`](Self::connect) (async, the file opened off the runtime
+/// thread) or [`build`](Self::build) (blocking).
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until connect() or build() is called"]
+pub struct SqliteStoreBuilder {
+    database: Database,
+    table: String,
+    busy_timeout: Duration,
+    synchronous: Synchronous,
+}
+
+/// How hard SQLite makes each commit durable on a file (`PRAGMA
+/// synchronous`), in WAL mode. See [`SqliteStoreBuilder::with_synchronous`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Synchronous {
+    /// `FULL` (the default): each commit is synced to disk before it
+    /// returns, so a claim or renewal that returned survives an operating
+    /// system crash or a power loss.
+    #[default]
+    Full,
+    /// `NORMAL`: commits are synced at checkpoints only. A process crash
+    /// loses nothing, but an operating system crash or a power loss may
+    /// roll back the last commits: a claim that returned term `T` may be
+    /// undone, and the next claim of the name after the reboot hands out
+    /// term `T` again.
+    Normal,
+}
+
+/// How many prepared statements the connection keeps: every statement of
+/// the protocol, and a few lengths of the batch renewal and the search for
+/// unfinished instants.
+const STATEMENT_CACHE: usize = 64;
+
+impl SqliteStoreBuilder {
+    fn new(database: Database) -> Self {
+        SqliteStoreBuilder {
+            database,
+            table: DEFAULT_TABLE.to_owned(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            synchronous: Synchronous::Full,
+        }
+    }
+
+    /// A builder for the database file at `path`, created if missing (its
+    /// directory must exist), readable and writable by its owner alone
+    /// (mode 0600 on Unix): its rows hold the holder tokens. An existing
+    /// file keeps its mode. For a path a URL cannot carry.
+    pub fn from_path(path: impl Into<PathBuf>) -> Self {
+        Self::new(Database::File(path.into()))
+    }
+
+    /// A builder for a private in-memory database, gone with the store: for
+    /// tests and for a single process that coordinates only with itself.
+    pub fn in_memory() -> Self {
+        Self::new(Database::Memory)
+    }
+
+    /// The lease table (default `gst_leases`): ASCII letters, digits and
+    /// underscores, not starting with a digit, at most 63 bytes. Checked by
+    /// [`build`](Self::build) and [`connect`](Self::connect).
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// How long a statement waits for the write lock another connection on
+    /// the same file holds before it fails (default 5 seconds). Keep it
+    /// within the protocol's bound on its own statements, half the local
+    /// deadline, or a call may outlive the coordinator's wait for it.
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// How durable each commit is on a file (default [`Synchronous::Full`]).
+    ///
+    /// What the lease needs: mutual exclusion among the processes sharing
+    /// the file holds under [`Synchronous::Normal`] too. A commit can only be
+    /// lost with the operating system (a crash, a power loss), which stops
+    /// every process on the host, and SQLite files are shared only by
+    /// processes on one host: no holder survives to act on a lost claim or
+    /// renewal. What `NORMAL` gives up is the term as a fencing token
+    /// outside the host: a term handed out just before such a crash can be
+    /// handed out again after it. Choose `NORMAL` when no durable system
+    /// outside the file checks terms; it saves a sync of the write-ahead
+    /// log on every commit, most of a write's cost on most disks.
+    pub fn with_synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Opens the database on tokio's blocking pool, off the runtime
+    /// thread: creates the file if missing, switches it to WAL and sets the
+    /// busy timeout. It does not create the table: see
+    /// [`migrate`](SqliteStore::migrate).
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build); [`SqliteError::Cancelled`] when the
+    /// runtime shuts down before the database is open.
+    pub async fn connect(self) -> Result<SqliteStore, SqliteError> {
+        match tokio::task::spawn_blocking(move || self.build()).await {
+            Ok(opened) => opened,
+            Err(join) => match join.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Err(SqliteError::Cancelled),
+            },
+        }
+    }
+
+    /// Opens the database on the calling thread, blocking while SQLite
+    /// opens the file: the same as [`connect`](Self::connect) otherwise.
+    /// For code outside a runtime (or at its start, before any task runs).
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::InvalidTable`] for a table name that is not a plain
+    /// identifier; [`SqliteError::Open`] when SQLite cannot open or
+    /// configure the database; [`SqliteError::WalUnavailable`] when a file
+    /// cannot be switched to WAL.
+    pub fn build(self) -> Result<SqliteStore, SqliteError> {
+        let table = Table::new(&self.table)?;
+        let (conn, path) = match self.database {
+            Database::File(path) => {
+                create_private(&path);
+                let conn = Connection::open(&path).map_err(|source| SqliteError::Open {
+                    path: path.clone(),
+                    source,
+                })?;
+                (conn, Some(path))
+            }
+            Database::Memory => {
+                let conn = Connection::open_in_memory().map_err(|source| SqliteError::Open {
+                    path: PathBuf::from(MEMORY),
+                    source,
+                })?;
+                (conn, None)
+            }
+        };
+        let failed = |source| SqliteError::Open {
+            path: path.clone().unwrap_or_else(|| PathBuf::from(MEMORY)),
+            source,
+        };
+        conn.busy_timeout(self.busy_timeout).map_err(failed)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let pragma = match self.synchronous {
+            Synchronous::Full => sql::SYNCHRONOUS_FULL,
+            Synchronous::Normal => sql::SYNCHRONOUS_NORMAL,
+        };
+        conn.execute_batch(pragma).map_err(failed)?;
+        if let Some(path) = &path {
+            let mode = switch_to_wal(&conn, self.busy_timeout).map_err(failed)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(SqliteError::WalUnavailable {
+                    path: path.clone(),
+                    mode,
+                });
+            }
+        }
+        Ok(SqliteStore::from_inner(Inner {
+            interrupt: conn.get_interrupt_handle(),
+            conn: Mutex::new(conn),
+            sql: Statements::new(table),
+            path,
+            busy_timeout: self.busy_timeout,
+        }))
+    }
+}
+
+impl SqliteStore {
+    /// A builder for the database a URL names (see
+    /// [`connect`](Self::connect)), to choose the table, the busy timeout
+    /// or the `synchronous` level.
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::InvalidUrl`] for a URL of another form.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lease_sqlite::{SqliteStore, Synchronous};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lease_sqlite::SqliteError> {
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+    /// let store = SqliteStore::builder(&url)?
+    ///     .with_table("app_leases")
+    ///     .with_busy_timeout(std::time::Duration::from_secs(2))
+    ///     .with_synchronous(Synchronous::Normal)
+    ///     .connect()
+    ///     .await?;
+    /// store.migrate().await?;
+    /// assert_eq!(store.table(), "app_leases");
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: &str) -> Result<SqliteStoreBuilder, SqliteError> {
+        Ok(SqliteStoreBuilder::new(parse_url(url)?))
+    }
+
+    /// Opens (creating it if missing) the database file at `path`, with the
+    /// default table and busy timeout, blocking while SQLite opens it:
+    /// `SqliteStoreBuilder::from_path(path).build()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStoreBuilder::build`].
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self, SqliteError> {
+        SqliteStoreBuilder::from_path(path).build()
+    }
+
+    /// Opens a private in-memory database with the default table:
+    /// `SqliteStoreBuilder::in_memory().build()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStoreBuilder::build`].
+    pub fn open_in_memory() -> Result<Self, SqliteError> {
+        SqliteStoreBuilder::in_memory().build()
+    }
+
+    /// Opens the database a URL names, off the runtime thread: `sqlite://path` (so
+    /// `sqlite:///var/lib/app/leases.db` for an absolute path),
+    /// `sqlite:path`, or `sqlite::memory:` for a private in-memory database.
+    /// The table is `gst_leases`; use [`builder`](Self::builder) for another.
+    ///
+    /// # Errors
+    ///
+    /// [`SqliteError::InvalidUrl`] for any other URL (query parameters
+    /// included); otherwise as [`SqliteStoreBuilder::connect`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lease_sqlite::SqliteError> {
+    /// let store = lease_sqlite::SqliteStore::connect("sqlite::memory:").await?;
+    /// assert_eq!(store.path(), None);
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Self, SqliteError> {
+        Self::builder(url)?.connect().await
+    }
+}
+
+/// Creates the database file, empty, readable and writable by its owner
+/// alone (0600 on Unix) when it does not exist yet, so that SQLite opens it
+/// rather than creating it with the process's umask (0644, readable by
+/// everyone, as a rule): the table holds the holder tokens, each tenure's
+/// credential. SQLite gives the `-wal` and `-shm` files it creates the
+/// database file's permissions. An existing file is left as it is; a file
+/// that cannot be created here is left to SQLite's own open, which reports
+/// why.
+fn create_private(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Fails with `AlreadyExists` when the file is there (or another
+        // store created it a moment ago): nothing to do then.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// Switches the file to WAL and returns the journal mode in effect.
+///
+/// The switch needs the file to itself for a moment, and SQLite answers
+/// `SQLITE_BUSY` at once, without calling the busy handler, when another
+/// connection is opening or using it in the old mode. So it is tried again
+/// every 10 ms for as long as the busy timeout.
+fn switch_to_wal(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<String> {
+    const PAUSE: Duration = Duration::from_millis(10);
+    let mut attempts_left = busy_timeout.as_millis() / PAUSE.as_millis();
+    loop {
+        match conn.query_row(sql::JOURNAL_MODE_WAL, [], |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && attempts_left > 0 =>
+            {
+                attempts_left -= 1;
+                std::thread::sleep(PAUSE);
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Parses `sqlite://path`, `sqlite:path` and `sqlite::memory:`.
+fn parse_url(url: &str) -> Result<Database, SqliteError> {
+    let invalid = |reason| Err(SqliteError::InvalidUrl { reason });
+    let Some(rest) = url
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("sqlite:"))
+        .and_then(|_| url.get(7..))
+    else {
+        return invalid(
+            "the scheme must be sqlite: (sqlite://path, sqlite:path or sqlite::memory:)",
+        );
+    };
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    if rest.contains('?') || rest.contains('#') {
+        return invalid(
+            "query parameters are not supported: set options on the builder (SqliteStore::builder)",
+        );
+    }
+    match rest {
+        "" => invalid("the URL names no database file"),
+        MEMORY => Ok(Database::Memory),
+        path => Ok(Database::File(PathBuf::from(path))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_a_file_or_memory() {
+        let file = |p: &str| Ok(Database::File(PathBuf::from(p)));
+        let cases = [
+            ("sqlite://leases.db", file("leases.db")),
+            (
+                "sqlite:///var/lib/app/leases.db",
+                file("/var/lib/app/leases.db"),
+            ),
+            ("sqlite:leases.db", file("leases.db")),
+            ("sqlite:data/leases.db", file("data/leases.db")),
+            ("SQLite://leases.db", file("leases.db")),
+            ("sqlite::memory:", Ok(Database::Memory)),
+            ("sqlite://:memory:", Ok(Database::Memory)),
+        ];
+        for (url, expected) in cases {
+            let parsed = parse_url(url).map_err(|e| e.to_string());
+            assert_eq!(parsed, expected.map_err(|_: ()| String::new()), "{url}");
+        }
+    }
+
+    #[test]
+    fn other_urls_are_refused_with_a_reason() {
+        for url in [
+            "",
+            "sqlite:",
+            "sqlite://",
+            "postgres://localhost/test",
+            "sqlite3://leases.db",
+            "leases.db",
+            "sqlite://leases.db?mode=ro",
+            "sqlite::memory:?cache=shared",
+        ] {
+            let err = parse_url(url).expect_err(url);
+            assert!(
+                matches!(err, SqliteError::InvalidUrl { .. }),
+                "{url}: {err:?}"
+            );
+            assert!(err.to_string().starts_with("invalid SQLite URL: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_table_is_refused_before_opening() {
+        let err = SqliteStoreBuilder::in_memory()
+            .with_table("leases; DROP TABLE x")
+            .build()
+            .expect_err("invalid table");
+        assert!(matches!(err, SqliteError::InvalidTable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_unopenable_file_names_its_path() {
+        let err = SqliteStore::open("/nonexistent-dir/for/sure/leases.db")
+            .expect_err("no such directory");
+        assert!(matches!(err, SqliteError::Open { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "cannot open the SQLite database at /nonexistent-dir/for/sure/leases.db"
+        );
+        assert!(std::error::Error::source(&err).is_some());
+    }
+
+    #[test]
+    fn debug_shows_the_database_and_table() {
+        let store = SqliteStore::open_in_memory().expect("in-memory store");
+        let shown = format!("{store:?}");
+        assert!(
+            shown.contains(":memory:") && shown.contains("gst_leases"),
+            "{shown}"
+        );
+    }
+}
