@@ -109,7 +109,12 @@ impl LeaseStore for PhantomClaimStore {
         }
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         self.inner.renew(name, holder, lease_ms).await
     }
 
@@ -117,7 +122,7 @@ impl LeaseStore for PhantomClaimStore {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         self.inner.renew_many(leases, lease_ms).await
     }
 

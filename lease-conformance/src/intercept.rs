@@ -96,7 +96,12 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         self.inner.claim(name, holder, instance, lease_ms).await
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         self.hook.before(Op::Renew).await?;
         self.inner.renew(name, holder, lease_ms).await
     }
@@ -105,7 +110,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         self.hook.before(Op::Renew).await?;
         self.inner.renew_many(leases, lease_ms).await
     }

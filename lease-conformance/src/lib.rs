@@ -40,6 +40,7 @@ macro_rules! __for_each_case {
             renew_after_expiry_is_lost_even_without_successor,
             renew_after_release_is_lost,
             renew_extends_the_lease_from_now,
+            renew_answers_the_database_now_it_wrote_with,
             verify_while_held_returns_term,
             verify_after_release_is_lost,
             verify_after_expiry_without_successor_is_lost,

@@ -51,6 +51,14 @@ pub static MAPPING: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "renew: answers the database's now it compared and wrote with (the holder's check \
+         for a clock that jumps)",
+        &[
+            "renew_answers_the_database_now_it_wrote_with",
+            "renew_many_answers_each_lease_like_renew",
+        ],
+    ),
+    (
         "verify: the term while held; lost when taken, released or expired",
         &[
             "verify_while_held_returns_term",

@@ -32,6 +32,9 @@ pub enum Fault {
     RenewIgnoresExpiry,
     /// A renewal does not move the expiry.
     RenewDoesNotExtend,
+    /// A renewal answers a now other than the one it wrote with (a minute
+    /// behind: the claim's, a cached one, the process's).
+    RenewReturnsStaleNow,
     /// verify matches an expired lease.
     VerifyIgnoresExpiry,
     /// A release reports success but leaves the lease to run out.
@@ -115,6 +118,10 @@ impl Fault {
                 "renew_keeps_name_past_lease_duration",
                 "renew_extends_the_lease_from_now",
             ],
+        ),
+        (
+            Fault::RenewReturnsStaleNow,
+            &["renew_answers_the_database_now_it_wrote_with"],
         ),
         (
             Fault::VerifyIgnoresExpiry,
@@ -371,7 +378,12 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         self.with(|t| {
             let now = self.now();
             match t.rows.get_mut(&self.key(name)) {
@@ -382,9 +394,13 @@ impl LeaseStore for MemoryStore {
                     if !self.has(Fault::RenewDoesNotExtend) {
                         row.expires_at_ms = now + lease_ms;
                     }
-                    Ok(true)
+                    if self.has(Fault::RenewReturnsStaleNow) {
+                        Ok(Some(now - 60_000))
+                    } else {
+                        Ok(Some(now))
+                    }
                 }
-                _ => Ok(false),
+                _ => Ok(None),
             }
         })
     }

@@ -32,7 +32,7 @@ pub(crate) fn window(renew: std::time::Duration) -> std::time::Duration {
     (renew / 40).min(MAX_WINDOW)
 }
 
-type Reply = Result<bool, SharedError>;
+type Reply = Result<Option<i64>, SharedError>;
 
 struct Request {
     name: String,
@@ -66,9 +66,10 @@ impl Batcher {
         Batcher { queue }
     }
 
-    /// Renews `name` for `holder` in the next batch: whether it was still
-    /// held. Dropping the future gives the renewal up; it may still be sent.
-    pub(crate) async fn renew(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+    /// Renews `name` for `holder` in the next batch: the database's now if
+    /// it was still held. Dropping the future gives the renewal up; it may
+    /// still be sent.
+    pub(crate) async fn renew(&self, name: &str, holder: &str) -> Result<Option<i64>, BoxError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Request {

@@ -264,6 +264,13 @@ pub enum LostCause {
     /// one that did: the holder stepped down before the database would let
     /// anyone else claim the name.
     DeadlineExceeded,
+    /// The database's clock ran ahead of the holder's between two renewals
+    /// by more than [`Timings::clock_jump_bound`](crate::Timings::clock_jump_bound)
+    /// (a clock stepped forward on the server, a failover to a server whose
+    /// clock is ahead): every expiry the database judges came that much
+    /// sooner, eating the step-down margin, so the holder steps down at
+    /// once rather than trust the next deadline.
+    ClockJump,
 }
 
 impl fmt::Display for LostCause {
@@ -271,6 +278,7 @@ impl fmt::Display for LostCause {
         f.write_str(match self {
             LostCause::NotHolder => "no longer this holder's",
             LostCause::DeadlineExceeded => "no renewal within the local deadline",
+            LostCause::ClockJump => "the database's clock jumped ahead",
         })
     }
 }

@@ -2,6 +2,7 @@
 //! stopped.
 
 use std::fmt;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
@@ -193,6 +194,9 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
     // When the last renewal that succeeded (the claim, at first) had
     // answered, at the latest: the database set its expiry before then.
     let mut last_answered = Instant::now();
+    // The last successful renewal on both clocks, to catch the database's
+    // clock jumping between two renewals.
+    let mut last_seen: Option<Observation> = None;
     loop {
         let deadline = last_success + timings.deadline();
         let due = (last_attempt + timings.renew()).min(deadline);
@@ -215,10 +219,35 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
         };
         last_attempt = start;
         match outcome {
-            Ok(()) => {
+            Ok(db_ms) => {
                 last_success = start;
                 last_answered = Instant::now();
-                tracing::trace!("lease renewed");
+                let seen = Observation {
+                    start,
+                    end: last_answered,
+                    db_ms,
+                };
+                let step = last_seen.map(|prev| clock_step(prev, seen, timings.clock_jump_bound()));
+                last_seen = Some(seen);
+                match step {
+                    Some(ClockStep::Ahead(ahead)) => {
+                        tracing::warn!(
+                            ahead = ?ahead,
+                            bound = ?timings.clock_jump_bound(),
+                            "the database's clock jumped ahead between two renewals; stepping down"
+                        );
+                        lose(&ctx, LostCause::ClockJump);
+                        give_back(&ctx, last_answered);
+                        return;
+                    }
+                    Some(ClockStep::Behind(behind)) => tracing::warn!(
+                        behind = ?behind,
+                        "the database's clock stepped back between two renewals: the lease \
+                         stays held (the local deadline does not move), but the name outlives \
+                         a crash of this holder by as much"
+                    ),
+                    Some(ClockStep::Steady) | None => tracing::trace!("lease renewed"),
+                }
             }
             Err(Error::Lost { cause, .. }) => {
                 lose(&ctx, cause);
@@ -235,6 +264,51 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
     }
     tracing::debug!("lease renewals stopped");
     ctx.end(EndCause::Stopped);
+}
+
+/// A successful renewal, seen on both clocks: the holder's monotonic clock
+/// before and after the attempt, and the database's now that the statement
+/// read in between.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Observation {
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    pub(crate) db_ms: i64,
+}
+
+/// What the database's clock did between two renewals, judged by the
+/// holder's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClockStep {
+    /// Within the bound of the holder's clock.
+    Steady,
+    /// The database's clock ran ahead by this much beyond what any latency
+    /// explains.
+    Ahead(Duration),
+    /// The database's clock fell behind by this much beyond what any
+    /// latency explains.
+    Behind(Duration),
+}
+
+/// Compares the database's elapsed time between `prev` and `next` with the
+/// holder's. Each database now lies between its attempt's start and end, so
+/// the database's elapsed time lies between `next.start - prev.end` and
+/// `next.end - prev.start` when both clocks run at one rate: only what falls
+/// outside that interval by more than `bound` is a jump.
+pub(crate) fn clock_step(prev: Observation, next: Observation, bound: Duration) -> ClockStep {
+    let db = next.db_ms.saturating_sub(prev.db_ms);
+    let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let most = millis(next.end.saturating_duration_since(prev.start));
+    let least = millis(next.start.saturating_duration_since(prev.end));
+    let bound = millis(bound);
+    let by = |ms: i64| Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    if db.saturating_sub(most) > bound {
+        ClockStep::Ahead(by(db - most))
+    } else if least.saturating_sub(db) > bound {
+        ClockStep::Behind(by(least - db))
+    } else {
+        ClockStep::Steady
+    }
 }
 
 fn lose(ctx: &LeaseContext, cause: LostCause) {
@@ -503,6 +577,92 @@ mod tests {
             ]
         );
         assert!(!handle.lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_database_clock_jumping_ahead_ends_the_context_at_the_renewal_that_shows_it() {
+        // The bound is half the margin: (1000 - 500) / 2 = 250 ms. Between
+        // the renewals at 100 and 200 ms the database's clock moves 300 ms
+        // further than the holder's.
+        let store = ScriptedStore::new([Step::Renew, Step::Jump(300, Box::new(Step::Renew))]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        ctx.cancelled().await;
+        assert_eq!(
+            elapsed(t0),
+            200,
+            "stepped down at the renewal that showed the jump"
+        );
+        assert_eq!(ctx.cause(), Some(EndCause::Lost(LostCause::ClockJump)));
+        assert!(handle.lost());
+        sleep(ms(3_000)).await;
+        assert_eq!(
+            store.starts(t0),
+            [100, 200],
+            "no renewal after the step-down"
+        );
+        assert_eq!(store.releases(), 1, "the name is given back");
+        holder.stop().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_database_clock_jump_within_the_bound_or_backwards_keeps_the_lease() {
+        for jump in [240, -400, -5_000] {
+            let store = ScriptedStore::new([Step::Renew, Step::Jump(jump, Box::new(Step::Renew))]);
+            let (_, handle) = claimed(&store).await;
+            let holder = handle.hold(&CancellationToken::new());
+            sleep(ms(1_000)).await;
+            assert!(!handle.lost(), "a jump of {jump} ms cost the lease");
+            holder.stop().await;
+        }
+    }
+
+    #[test]
+    fn clock_steps_allow_for_latency_and_catch_jumps() {
+        let t0 = Instant::now();
+        let at = |start: u64, end: u64, db_ms: i64| Observation {
+            start: t0 + ms(start),
+            end: t0 + ms(end),
+            db_ms,
+        };
+        let bound = ms(250);
+        let cases = [
+            // Renewals 100 ms apart, the database's now anywhere within each.
+            (at(0, 10, 5), at(100, 110, 105), ClockStep::Steady),
+            // Slow attempts: the first read late, the second early, and the
+            // other way round: latency, not a jump.
+            (at(0, 240, 0), at(100, 340, 340), ClockStep::Steady),
+            (at(0, 240, 240), at(300, 540, 300), ClockStep::Steady),
+            // Ahead by just the bound beyond the widest interval: steady.
+            (at(0, 10, 0), at(100, 110, 110 + 250), ClockStep::Steady),
+            (
+                at(0, 10, 0),
+                at(100, 110, 110 + 251),
+                ClockStep::Ahead(ms(251)),
+            ),
+            (
+                at(0, 10, 0),
+                at(100, 110, 10_110),
+                ClockStep::Ahead(ms(10_000)),
+            ),
+            // Behind: the database's elapsed time under the narrowest
+            // interval (90 ms) by more than the bound.
+            (
+                at(0, 10, 1_000),
+                at(100, 110, 1_000 + 90 - 250),
+                ClockStep::Steady,
+            ),
+            (
+                at(0, 10, 1_000),
+                at(100, 110, 1_000 + 90 - 251),
+                ClockStep::Behind(ms(251)),
+            ),
+        ];
+        for (i, (prev, next, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(clock_step(prev, next, bound), expected, "case {i}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -748,28 +748,26 @@ impl Handle {
     pub async fn renew(&self) -> Result<()> {
         self.renew_within(self.state.leases.timings().statement_timeout())
             .await
+            .map(drop)
     }
 
     /// [`renew`](Handle::renew), bounded by `bound` instead of the statement
     /// timeout.
-    pub(crate) async fn renew_within(&self, bound: Duration) -> Result<()> {
+    /// The database's now at the renewal, in UTC milliseconds.
+    pub(crate) async fn renew_within(&self, bound: Duration) -> Result<i64> {
         let name = &self.state.name;
         let started = Instant::now();
         let renewed = self.renew_bounded(bound).await;
         let outcome = match &renewed {
-            Ok(true) => "renewed",
-            Ok(false) => "lost",
+            Ok(Some(_)) => "renewed",
+            Ok(None) => "lost",
             Err(_) => "error",
         };
         crate::metrics::renewal(outcome, started.elapsed());
-        if renewed? {
-            Ok(())
-        } else {
-            Err(Error::lost(name, LostCause::NotHolder))
-        }
+        renewed?.ok_or_else(|| Error::lost(name, LostCause::NotHolder))
     }
 
-    async fn renew_bounded(&self, bound: Duration) -> Result<bool> {
+    async fn renew_bounded(&self, bound: Duration) -> Result<Option<i64>> {
         let leases = &self.state.leases;
         let (name, holder) = (&self.state.name, &self.state.holder);
         let renewed = match leases.batcher() {

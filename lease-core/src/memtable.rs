@@ -158,13 +158,18 @@ impl LeaseStore for MemTable {
         Ok(claimed)
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         self.with(|state, now| match state.rows.get_mut(name) {
             Some(row) if row.holder == holder && row.expires_at_ms > now => {
                 row.expires_at_ms = now + lease_ms;
-                true
+                Some(now)
             }
-            _ => false,
+            _ => None,
         })
     }
 

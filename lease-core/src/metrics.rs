@@ -67,6 +67,7 @@ pub(crate) fn loss(name: &str, cause: LostCause) {
     let cause = match cause {
         LostCause::NotHolder => "not_holder",
         LostCause::DeadlineExceeded => "deadline_exceeded",
+        LostCause::ClockJump => "clock_jump",
     };
     metrics::counter!(names::LOSSES, "kind" => kind(name), "cause" => cause).increment(1);
 }

@@ -74,21 +74,30 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     ) -> Result<Option<u64>, BoxError>;
 
     /// Extends the lease by `lease_ms` from the database's now, and returns
-    /// whether `holder` still held it (`false`: lost).
+    /// that now (`Some(now_ms)`) if `holder` still held it, `None` if not
+    /// (lost).
     ///
     /// ```sql
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
     ///  WHERE name = :name AND holder = :holder AND expires_at_ms > :now
+    /// RETURNING :now
     /// ```
     ///
     /// A renewal that writes the same expiry as the one before (two renewals
-    /// in one millisecond) still counts as held.
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError>;
+    /// in one millisecond) still counts as held. The now returned is the
+    /// one the statement compared and wrote with: the holder compares the
+    /// database's elapsed time between two renewals with its own, and steps
+    /// down when the database's clock jumped ahead
+    /// ([`LostCause::ClockJump`](crate::LostCause::ClockJump)).
+    async fn renew(&self, name: &str, holder: &str, lease_ms: i64)
+    -> Result<Option<i64>, BoxError>;
 
     /// Renews many leases at once: for each `(name, holder)` of `leases`, in
-    /// order, whether that holder still held the name (and so had its lease
-    /// extended by `lease_ms` from the database's now), exactly as
-    /// [`renew`](LeaseStore::renew) would answer for it.
+    /// order, the database's now if that holder still held the name (and so
+    /// had its lease extended by `lease_ms` from that now), `None` if not,
+    /// exactly as [`renew`](LeaseStore::renew) would answer for it. The now
+    /// may be read once for the whole batch, or once per lease, inside the
+    /// call.
     ///
     /// [`Leases::with_renewal_batching`](crate::Leases::with_renewal_batching)
     /// sends the renewals of every lease held through one coordinator here,
@@ -100,13 +109,13 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
     ///   FROM unnest(:names, :holders) AS r(name, holder)
     ///  WHERE t.name = r.name AND t.holder = r.holder AND t.expires_at_ms > :now
-    /// RETURNING t.name, t.holder
+    /// RETURNING t.name, t.holder, :now
     /// ```
     async fn renew_many(
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
         for (name, holder) in leases {
             held.push(self.renew(name, holder, lease_ms).await?);
@@ -351,7 +360,12 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         (**self).claim(name, holder, instance, lease_ms).await
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         (**self).renew(name, holder, lease_ms).await
     }
 
@@ -359,7 +373,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         (**self).renew_many(leases, lease_ms).await
     }
 

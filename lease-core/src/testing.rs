@@ -25,6 +25,9 @@ pub(crate) enum Step {
     Hang,
     /// Waits `ms`, then does the step.
     After(u64, Box<Step>),
+    /// Moves the database's clock by `ms` (forward if positive), then does
+    /// the step.
+    Jump(i64, Box<Step>),
 }
 
 pub(crate) fn after(ms: u64, step: Step) -> Step {
@@ -57,6 +60,17 @@ struct Inner {
     releases: usize,
     /// The size of each `renew_many` batch.
     batches: Vec<usize>,
+    /// The database's clock: milliseconds on the runtime's clock since the
+    /// first renewal, plus `jumped_ms`.
+    origin: Option<Instant>,
+    jumped_ms: i64,
+}
+
+impl Inner {
+    fn db_now_ms(&mut self) -> i64 {
+        let origin = *self.origin.get_or_insert_with(Instant::now);
+        i64::try_from(origin.elapsed().as_millis()).unwrap_or(i64::MAX) + self.jumped_ms
+    }
 }
 
 /// A store whose renewals play a script (renewed once the script runs out).
@@ -132,7 +146,7 @@ impl LeaseStore for ScriptedStore {
         Ok(Some(1))
     }
 
-    async fn renew(&self, _: &str, _: &str, _: i64) -> Result<bool, BoxError> {
+    async fn renew(&self, _: &str, _: &str, _: i64) -> Result<Option<i64>, BoxError> {
         let (index, mut step) = {
             let mut inner = self.inner.lock().unwrap();
             inner.attempts.push((Instant::now(), None));
@@ -150,9 +164,13 @@ impl LeaseStore for ScriptedStore {
                     sleep(Duration::from_millis(ms)).await;
                     step = *next;
                 }
+                Step::Jump(ms, next) => {
+                    self.inner.lock().unwrap().jumped_ms += ms;
+                    step = *next;
+                }
                 Step::Renew => {
                     record.outcome = Outcome::Renewed;
-                    return Ok(true);
+                    return Ok(Some(self.inner.lock().unwrap().db_now_ms()));
                 }
                 Step::Fail => {
                     record.outcome = Outcome::Failed;
@@ -160,7 +178,7 @@ impl LeaseStore for ScriptedStore {
                 }
                 Step::Gone => {
                     record.outcome = Outcome::Gone;
-                    return Ok(false);
+                    return Ok(None);
                 }
                 Step::Hang => pending::<()>().await,
             }
@@ -171,7 +189,7 @@ impl LeaseStore for ScriptedStore {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         self.inner.lock().unwrap().batches.push(leases.len());
         let mut held = Vec::with_capacity(leases.len());
         for (name, holder) in leases {

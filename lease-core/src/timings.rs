@@ -159,6 +159,34 @@ impl Timings {
         self.renew
     }
 
+    /// How far the database's clock may run ahead of the holder's between
+    /// two renewals before the holder steps down
+    /// ([`LostCause::ClockJump`](crate::LostCause::ClockJump)): half the
+    /// step-down margin, lease − deadline (2.5 s with the defaults).
+    ///
+    /// Why half the margin: the database judges expiry by its own clock, so
+    /// a forward step of `J` on the server brings the current lease's end
+    /// `J` closer in real time, while the holder still counts its deadline
+    /// on its own monotonic clock. The margin (lease − deadline) is what
+    /// keeps the holder's step-down ahead of the database's expiry; a jump
+    /// that leaves less than half of it is one the holder does not wait to
+    /// be surprised by again. The comparison cannot be fooled by latency:
+    /// the database's now of a renewal lies between the start and the end
+    /// of the attempt on the holder's clock, so the database's elapsed time
+    /// between two renewals can exceed the holder's (from the start of the
+    /// first to the end of the second) only if the database's clock moved
+    /// faster.
+    ///
+    /// What a check at renewals cannot see: a jump larger than lease −
+    /// renew frees the name on the database before the holder's next
+    /// renewal could notice, and a rival's claim in that window succeeds
+    /// while the holder still works. Keep servers' clocks slewed, never
+    /// stepped (see the crate docs on clocks).
+    #[must_use]
+    pub fn clock_jump_bound(&self) -> Duration {
+        self.lease.saturating_sub(self.deadline) / 2
+    }
+
     /// The bound on each of the protocol's own statements outside a renewal:
     /// half the local deadline, never under 1 s. A caller with a deadline of
     /// its own bounds the call further by dropping its future (every call is

@@ -65,11 +65,11 @@ pub(crate) const CLAIM_INSERT: &str = concat!(
     "ON DUPLICATE KEY UPDATE term = term + LAST_INSERT_ID(0)"
 );
 
-/// Renewal: `LAST_INSERT_ID(term)` reports the match.
+/// Renewal: `LAST_INSERT_ID(now)` reports the match, and the database's now.
 pub(crate) const RENEW: &str = concat!(
-    "UPDATE {table} SET expires_at_ms = ",
+    "UPDATE {table} SET expires_at_ms = LAST_INSERT_ID(",
     now_ms!(),
-    " + :lease_ms, term = LAST_INSERT_ID(term) ",
+    ") + :lease_ms ",
     "WHERE name = :name AND holder = :holder AND expires_at_ms > ",
     now_ms!()
 );
@@ -79,7 +79,7 @@ pub(crate) const RENEW: &str = concat!(
 const RENEW_MANY_HEAD: &str = concat!("UPDATE {table} SET expires_at_ms = ", now_ms!(), " + ?");
 
 /// The head of the read after a batch renewal: the same filter follows.
-const RENEW_MANY_READ: &str = "SELECT name, holder FROM {table}";
+const RENEW_MANY_READ: &str = concat!("SELECT name, holder, ", now_ms!(), " FROM {table}");
 
 /// Verify.
 pub(crate) const VERIFY: &str = concat!(
@@ -365,7 +365,7 @@ impl MySqlStore {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, mysql_async::Error> {
+    ) -> Result<Vec<Option<i64>>, mysql_async::Error> {
         let Some(last) = leases.last() else {
             return Ok(Vec::new());
         };
@@ -401,7 +401,7 @@ impl MySqlStore {
                 let mut tx = conn.start_transaction(TxOpts::default()).await?;
                 tx.exec_drop(update_sql.as_str(), Params::Positional(update.clone()))
                     .await?;
-                let held: Vec<(Vec<u8>, Vec<u8>)> = tx
+                let held: Vec<(Vec<u8>, Vec<u8>, i64)> = tx
                     .exec(read_sql.as_str(), Params::Positional(read.clone()))
                     .await?;
                 tx.commit().await?;
@@ -418,12 +418,13 @@ impl MySqlStore {
                 Err(e) => return Err(e),
             }
         };
+        let held: std::collections::HashMap<(&[u8], &[u8]), i64> = held
+            .iter()
+            .map(|(name, holder, now)| ((name.as_slice(), holder.as_slice()), *now))
+            .collect();
         Ok(leases
             .iter()
-            .map(|(name, holder)| {
-                held.iter()
-                    .any(|(n, h)| n == name.as_bytes() && h == holder.as_bytes())
-            })
+            .map(|(name, holder)| held.get(&(name.as_bytes(), holder.as_bytes())).copied())
             .collect())
     }
 }
@@ -579,7 +580,7 @@ mod exec_tests {
             .query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
             .await;
         assert!(
-            matches!(renewed, Ok(true)),
+            matches!(renewed, Ok(Some(_))),
             "the holder renews while the rivals' transactions are open: {renewed:?}"
         );
         assert!(

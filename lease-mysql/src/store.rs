@@ -114,21 +114,28 @@ impl LeaseStore for MySqlStore {
         Ok(term)
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
-        let term = self
+    /// The statement's `LAST_INSERT_ID(now)` carries the database's now
+    /// back in the OK packet when the row matched (0, `None`, when not).
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
+        let now = self
             .write(
                 &self.inner.sql.renew,
                 params! { "name" => name, "holder" => holder, "lease_ms" => lease_ms },
             )
             .await?;
-        Ok(term.is_some())
+        Ok(now.map(i64::try_from).transpose()?)
     }
 
     async fn renew_many(
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(MAX_RENEWALS_PER_BATCH) {
             held.extend(self.renew_chunk(chunk, lease_ms).await?);

@@ -365,6 +365,7 @@ async fn a_guarded_transaction_longer_than_the_lock_wait_bound_fails_the_renewal
             .renew("impatient", ctx.handle().holder(), 15_000)
             .await
             .unwrap()
+            .is_some()
     );
     teardown(&store, table).await;
 }
@@ -422,6 +423,7 @@ async fn session_changes_made_by_the_work_do_not_outlive_the_transaction() {
             one.renew("session", ctx.handle().holder(), 15_000)
                 .await
                 .unwrap()
+                .is_some()
         );
     }
     teardown(&store, table).await;

@@ -191,11 +191,11 @@ async fn outcomes_do_not_leak_from_one_statement_to_the_next_on_a_connection() {
         .unwrap();
     assert_eq!(store.claim("n", "h1", "i", 10_000).await.unwrap(), Some(1));
     assert_eq!(store.claim("n", "h2", "i", 10_000).await.unwrap(), None);
-    assert!(store.renew("n", "h1", 10_000).await.unwrap());
-    assert!(!store.renew("n", "h2", 10_000).await.unwrap());
+    assert!(store.renew("n", "h1", 10_000).await.unwrap().is_some());
+    assert!(store.renew("n", "h2", 10_000).await.unwrap().is_none());
     assert!(store.release("n", "h1").await.unwrap());
     assert!(store.verify("n", "h1").await.unwrap().is_none());
-    assert!(!store.renew("n", "h1", 10_000).await.unwrap());
+    assert!(store.renew("n", "h1", 10_000).await.unwrap().is_none());
     assert!(!store.claim_rerun("n", 1, "h3", "i", 10_000).await.unwrap());
     common::drop_table(&setup, table).await;
 }
@@ -231,8 +231,8 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
                 .is_some()
         );
         let a = store.now_ms().await.unwrap();
-        assert!(store.renew(&name, "h", 10_000).await.unwrap());
-        assert!(store.renew(&name, "h", 10_000).await.unwrap());
+        assert!(store.renew(&name, "h", 10_000).await.unwrap().is_some());
+        assert!(store.renew(&name, "h", 10_000).await.unwrap().is_some());
         let b = store.now_ms().await.unwrap();
         assert_eq!(a, b, "the session's clock stood still");
     }

@@ -233,19 +233,21 @@ fn renew(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
          UPDATE {t} AS l SET expires_at_ms = now.ms + $3::bigint FROM now \
-          WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms"
+          WHERE l.name = $1::text AND l.holder = $2::text AND l.expires_at_ms > now.ms \
+         RETURNING now.ms"
     )
 }
 
-/// `$1 names, $2 holders, $3 lease_ms` -> `name, holder` of every lease
-/// renewed (one missing from the answer: lost). One statement for a batch.
+/// `$1 names, $2 holders, $3 lease_ms` -> `name, holder, now` of every
+/// lease renewed (one missing from the answer: lost). One statement for a
+/// batch.
 fn renew_many(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
          UPDATE {t} AS l SET expires_at_ms = now.ms + $3::bigint \
            FROM now, unnest($1::text[], $2::text[]) AS r(name, holder) \
           WHERE l.name = r.name AND l.holder = r.holder AND l.expires_at_ms > now.ms \
-         RETURNING l.name, l.holder"
+         RETURNING l.name, l.holder, now.ms"
     )
 }
 

@@ -142,10 +142,15 @@ impl LeaseStore for PostgresStore {
         row.map(|row| term(row.try_get(0)?)).transpose()
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         let holder = Token(holder);
-        let renewed = self
-            .affected(
+        let row = self
+            .row(
                 &self.inner.sql.renew,
                 &[
                     (&name, Type::TEXT),
@@ -154,14 +159,14 @@ impl LeaseStore for PostgresStore {
                 ],
             )
             .await?;
-        Ok(renewed == 1)
+        Ok(row.map(|row| row.try_get(0)).transpose()?)
     }
 
     async fn renew_many(
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
         let holders: Vec<Token<'_>> = leases.iter().map(|(_, holder)| Token(holder)).collect();
         let rows = self
@@ -174,13 +179,17 @@ impl LeaseStore for PostgresStore {
                 ],
             )
             .await?;
-        let mut renewed = std::collections::HashSet::with_capacity(rows.len());
+        let mut renewed = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
             let name: &str = row.try_get(0)?;
             let holder: &str = row.try_get(1)?;
-            renewed.insert((name, holder));
+            let now: i64 = row.try_get(2)?;
+            renewed.insert((name, holder), now);
         }
-        Ok(leases.iter().map(|lease| renewed.contains(lease)).collect())
+        Ok(leases
+            .iter()
+            .map(|lease| renewed.get(lease).copied())
+            .collect())
     }
 
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {

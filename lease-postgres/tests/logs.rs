@@ -56,7 +56,7 @@ async fn holder_tokens_never_reach_the_drivers_debug_log() {
         )
         .await
         .unwrap();
-    assert_eq!(renewed, [true, true]);
+    assert!(renewed.iter().all(Option::is_some), "{renewed:?}");
     // the guarded transaction's verification
     let ctx = LeaseContext::new(held.clone(), CancellationToken::new());
     store

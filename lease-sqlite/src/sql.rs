@@ -180,7 +180,8 @@ fn claim(t: &str) -> String {
 fn renew(t: &str) -> String {
     format!(
         "UPDATE {t} SET expires_at_ms = {NOW} + ?3 \
-          WHERE name = ?1 AND holder = ?2 AND expires_at_ms > {NOW}"
+          WHERE name = ?1 AND holder = ?2 AND expires_at_ms > {NOW} \
+         RETURNING {NOW}"
     )
 }
 
@@ -247,7 +248,8 @@ fn finish(t: &str) -> String {
 /// Find the unfinished instants of `count` names (`count >= 1`) in one
 /// statement: `name IN (?1, ..., ?count)`.
 /// The batch renewal of `count` leases: `?1` the lease length, then
-/// (name, holder) pairs; `RETURNING` names the rows renewed.
+/// (name, holder) pairs; `RETURNING` names the rows renewed, with the
+/// database's now.
 pub(crate) fn renew_many(t: &str, count: usize) -> String {
     let mut pairs = String::with_capacity(12 * count);
     for i in 0..count {
@@ -259,7 +261,7 @@ pub(crate) fn renew_many(t: &str, count: usize) -> String {
     format!(
         "UPDATE {t} SET expires_at_ms = {NOW} + ?1 \
           WHERE (name, holder) IN (VALUES {pairs}) AND expires_at_ms > {NOW} \
-         RETURNING name, holder"
+         RETURNING name, holder, {NOW}"
     )
 }
 
@@ -403,7 +405,7 @@ pub(crate) fn renew_many_in(
     sql: &Statements,
     leases: &[(String, String)],
     lease_ms: i64,
-) -> rusqlite::Result<Vec<bool>> {
+) -> rusqlite::Result<Vec<Option<i64>>> {
     let mut held = Vec::with_capacity(leases.len());
     for chunk in leases.chunks(MAX_RENEWALS_PER_STATEMENT) {
         let Some(last) = chunk.last() else { continue };
@@ -420,14 +422,13 @@ pub(crate) fn renew_many_in(
         let mut stmt = conn.prepare_cached(&renew_many(sql.table.quoted(), slots))?;
         let renewed = stmt
             .query_map(params_from_iter(values), |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+                Ok((
+                    (row.get::<_, String>(0)?, row.get::<_, String>(1)?),
+                    row.get::<_, i64>(2)?,
+                ))
             })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        held.extend(
-            chunk
-                .iter()
-                .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder)),
-        );
+            .collect::<rusqlite::Result<std::collections::HashMap<_, _>>>()?;
+        held.extend(chunk.iter().map(|lease| renewed.get(lease).copied()));
     }
     Ok(held)
 }

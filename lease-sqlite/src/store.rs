@@ -126,12 +126,17 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
             conn.prepare_cached(&sql.renew)?
-                .execute(params![name, holder, lease_ms])
-                .map(|changed| changed > 0)
+                .query_row(params![name, holder, lease_ms], |row| row.get(0))
+                .optional()
         })
         .await
     }
@@ -140,7 +145,7 @@ impl LeaseStore for SqliteStore {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         let leases: Vec<(String, String)> = leases
             .iter()
             .map(|(name, holder)| ((*name).to_owned(), (*holder).to_owned()))

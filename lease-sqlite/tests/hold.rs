@@ -191,7 +191,12 @@ impl LeaseStore for Recording {
         self.inner.claim(name, holder, instance, lease_ms).await
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         let index = {
             let mut renewals = self.renewals.lock().unwrap();
             renewals.push(Renewal {
@@ -204,7 +209,7 @@ impl LeaseStore for Recording {
         let result = self.inner.renew(name, holder, lease_ms).await;
         let mut renewals = self.renewals.lock().unwrap();
         renewals[index].end = Some(Instant::now());
-        renewals[index].renewed = matches!(result, Ok(true));
+        renewals[index].renewed = matches!(result, Ok(Some(_)));
         result
     }
 
@@ -212,7 +217,7 @@ impl LeaseStore for Recording {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<bool>, BoxError> {
+    ) -> Result<Vec<Option<i64>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
         for (name, holder) in leases {
             held.push(self.renew(name, holder, lease_ms).await?);

@@ -259,10 +259,22 @@ async fn the_clock_is_the_databases() {
         store.claim("clock", "h2", "i", LEASE_MS).await.unwrap(),
         None
     );
-    assert!(store.renew("clock", "h1", LEASE_MS).await.unwrap());
+    assert!(
+        store
+            .renew("clock", "h1", LEASE_MS)
+            .await
+            .unwrap()
+            .is_some()
+    );
     set_expiry(&conn, "clock", db_now - 1);
     assert_eq!(store.verify("clock", "h1").await.unwrap(), None);
-    assert!(!store.renew("clock", "h1", LEASE_MS).await.unwrap());
+    assert!(
+        store
+            .renew("clock", "h1", LEASE_MS)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         store.claim("clock", "h2", "i", LEASE_MS).await.unwrap(),
         Some(2)
@@ -420,12 +432,12 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
         Some(1)
     );
     assert_eq!(store.claim("c", "h2", "i2", LEASE_MS).await.unwrap(), None);
-    assert!(store.renew("c", "h1", LEASE_MS).await.unwrap());
+    assert!(store.renew("c", "h1", LEASE_MS).await.unwrap().is_some());
     assert!(
-        store.renew("c", "h1", LEASE_MS).await.unwrap(),
+        store.renew("c", "h1", LEASE_MS).await.unwrap().is_some(),
         "same value still held"
     );
-    assert!(!store.renew("c", "h2", LEASE_MS).await.unwrap());
+    assert!(store.renew("c", "h2", LEASE_MS).await.unwrap().is_none());
     assert!(store.release("c", "h1").await.unwrap());
     assert_eq!(
         row(&conn, "c").unwrap().2,
@@ -436,7 +448,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
         store.release("c", "h1").await.unwrap(),
         "release matches the holder only"
     );
-    assert!(!store.renew("c", "h1", LEASE_MS).await.unwrap());
+    assert!(store.renew("c", "h1", LEASE_MS).await.unwrap().is_none());
     assert_eq!(
         store.claim("c", "h2", "i2", LEASE_MS).await.unwrap(),
         Some(2)
@@ -988,7 +1000,13 @@ async fn a_batch_of_renewals_is_one_commit() {
 
     tokio::time::sleep(Duration::from_millis(5)).await;
     let before = wal_bytes(&path);
-    let held = store.renew_many(&batch, LEASE_MS).await.unwrap();
+    let held: Vec<bool> = store
+        .renew_many(&batch, LEASE_MS)
+        .await
+        .unwrap()
+        .iter()
+        .map(Option::is_some)
+        .collect();
     let batched = (wal_bytes(&path) - before) / frame;
     let mut expected = vec![true; 50];
     expected.extend([false, false]);
@@ -997,7 +1015,7 @@ async fn a_batch_of_renewals_is_one_commit() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let before = wal_bytes(&path);
     for name in &names {
-        assert!(store.renew(name, "h", LEASE_MS).await.unwrap());
+        assert!(store.renew(name, "h", LEASE_MS).await.unwrap().is_some());
     }
     let one_by_one = (wal_bytes(&path) - before) / frame;
     eprintln!("log frames: batch of 50 {batched}, 50 renewals one by one {one_by_one}");

@@ -265,16 +265,26 @@ pub async fn renew_many_answers_each_lease_like_renew(ctx: Ctx) {
     ];
     let store = ctx.store();
     let lease_ms = rival.timings().lease_ms();
-    let held = match store.renew_many(&batch, lease_ms).await {
+    let before = super::db_now(&rival).await.as_millis();
+    let answered = match store.renew_many(&batch, lease_ms).await {
         Ok(held) => held,
         Err(e) => panic!("renew_many failed: {e}"),
     };
+    let after = super::db_now(&rival).await.as_millis();
+    let held: Vec<bool> = answered.iter().map(Option::is_some).collect();
     assert_eq!(
         held,
         [true, false, true, false, false],
         "renew_many must answer, in order, whether each (name, holder) was still held: \
          match name, holder and expires_at_ms > now, as renew does"
     );
+    for now in answered.iter().flatten() {
+        assert!(
+            (before..=after).contains(now),
+            "renew_many answered the database's now as {now}, outside the clock read before \
+             ({before}) and after ({after}) the call: it must return the now its statement read"
+        );
+    }
     tokio::time::sleep(short_timings.lease() + short_timings.lease() / 2).await;
     for (name, h) in [(&a, &ha), (&b, &hb)] {
         assert!(

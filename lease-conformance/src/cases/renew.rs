@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lease_core::Timings;
 
-use super::{assert_lost, claimed, ok};
+use super::{assert_lost, claimed, db_now, ok};
 use crate::Ctx;
 
 /// Renewing keeps the name well past the lease duration: a rival is refused
@@ -114,4 +114,53 @@ pub async fn renew_extends_the_lease_from_now(ctx: Ctx) {
          must set expires_at_ms = now + lease_ms"
     );
     ok(h.renew().await, "a renewal within the extended lease");
+}
+
+/// A renewal answers the database's now: the one the statement compared
+/// the expiry with and wrote `now + lease_ms` from, so it lies between the
+/// database's clock read just before and just after the call.
+pub async fn renew_answers_the_database_now_it_wrote_with(ctx: Ctx) {
+    let leases = ctx.leases();
+    let store = ctx.store();
+    let name = ctx.name("now");
+    let h = claimed(&leases, &name, "no row exists for it yet").await;
+    let lease_ms = leases.timings().lease_ms();
+    for i in 0..3 {
+        let before = db_now(&leases).await.as_millis();
+        let answered = match store.renew(&name, h.holder(), lease_ms).await {
+            Ok(answered) => answered,
+            Err(e) => panic!("renewal {i} by the holder failed: {e}"),
+        };
+        let after = db_now(&leases).await.as_millis();
+        let Some(now) = answered else {
+            panic!("renewal {i} by the holder within its lease answered None (not held)");
+        };
+        assert!(
+            (before..=after).contains(&now),
+            "renewal {i} answered the database's now as {now}, outside the clock read before \
+             ({before}) and after ({after}) the call: renew must return the now the statement \
+             read (e.g. RETURNING the CTE's now), in UTC milliseconds"
+        );
+        let Some(info) = ok(leases.get(&name).await, "get") else {
+            panic!("get found no row for {name:?}, which the holder just renewed");
+        };
+        assert_eq!(
+            info.expires_at_ms,
+            now + lease_ms,
+            "renewal {i} answered now {now} but wrote expires_at_ms {}: the answer must be the \
+             now the expiry was computed from",
+            info.expires_at_ms
+        );
+    }
+    let other = match store
+        .renew(&name, "0123456789abcdef0123456789abcdef", lease_ms)
+        .await
+    {
+        Ok(other) => other,
+        Err(e) => panic!("a renewal by another token failed: {e}"),
+    };
+    assert_eq!(
+        other, None,
+        "a renewal by a token that does not hold the name answers None"
+    );
 }

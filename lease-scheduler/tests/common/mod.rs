@@ -167,18 +167,23 @@ impl LeaseStore for TestStore {
         Ok(Some(row.term))
     }
 
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64) -> Result<bool, BoxError> {
+    async fn renew(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
         let now = self.now();
         let mut s = self.state.lock().unwrap();
         if s.lost_names.iter().any(|n| n == name) {
-            return Ok(false);
+            return Ok(None);
         }
         match s.rows.get_mut(name) {
             Some(row) if row.holder == holder && row.expires_at_ms > now => {
                 row.expires_at_ms = now + lease_ms;
-                Ok(true)
+                Ok(Some(now))
             }
-            _ => Ok(false),
+            _ => Ok(None),
         }
     }
 
