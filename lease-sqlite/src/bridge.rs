@@ -1,5 +1,15 @@
-//! The blocking bridge: every call of the store runs on tokio's blocking
-//! pool, on the store's one connection.
+//! The blocking bridge: every call of the store waits its turn for the
+//! store's one connection in a first-come, first-served queue on the async
+//! side, then runs on tokio's blocking pool.
+//!
+//! The queue is a one-permit tokio semaphore, which hands its permit to
+//! waiters in the order they asked. Without it, each call would go to the
+//! blocking pool at once and wait there on the connection's mutex, which
+//! wakes waiters in no order: at concurrency 32, 32 blocking threads parked
+//! on one lock, and a caller could starve behind later ones (a p99 of
+//! 180–330 ms measured from outside, against 0.3–0.5 ms for the same
+//! statements by hand). A call waiting in the queue holds no thread, and a
+//! call dropped while it waits never runs.
 
 use std::sync::Arc;
 use std::sync::PoisonError;
@@ -7,12 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lease_core::BoxError;
 use rusqlite::Connection;
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::sql::Statements;
 use crate::store::SqliteStore;
 
 impl SqliteStore {
-    /// Runs `f` on the connection, on tokio's blocking pool.
+    /// Runs `f` on the connection, on tokio's blocking pool, once its turn
+    /// in the store's queue has come.
     ///
     /// Cancel safety: once spawned, the blocking task cannot be stopped, so a
     /// dropped call may still run. Dropping the future marks the call
@@ -28,7 +40,9 @@ impl SqliteStore {
         let inner = Arc::clone(&self.inner);
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
+        let turn = self.turn().await?;
         let task = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
             if abandoned.load(Ordering::SeqCst) {
                 return None;
@@ -40,6 +54,16 @@ impl SqliteStore {
             Ok(None) => Err("the SQLite call was abandoned before it ran".into()),
             Err(join) => Err(join.into()),
         }
+    }
+
+    /// Waits for this call's turn for the connection: the permit, held by
+    /// the blocking side until the call is done with the connection.
+    pub(crate) async fn turn(&self) -> Result<OwnedSemaphorePermit, BoxError> {
+        // Never closed: the store owns the semaphore.
+        Arc::clone(&self.inner.queue)
+            .acquire_owned()
+            .await
+            .map_err(|_| BoxError::from("the SQLite store's queue is closed"))
     }
 }
 

@@ -194,6 +194,7 @@ impl SqliteStoreBuilder {
             }
         }
         Ok(SqliteStore::from_inner(Inner {
+            queue: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
             interrupt: conn.get_interrupt_handle(),
             conn: Mutex::new(conn),
             sql: Statements::new(table),

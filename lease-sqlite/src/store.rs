@@ -53,6 +53,8 @@ pub struct SqliteStore {
 }
 
 pub(crate) struct Inner {
+    /// The calls' queue for the connection: see the bridge.
+    pub(crate) queue: Arc<tokio::sync::Semaphore>,
     pub(crate) conn: Mutex<Connection>,
     /// Interrupts the statement running on `conn`: only ever used while a
     /// guarded transaction holds it (see [`TxControl`]).
