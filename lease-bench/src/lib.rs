@@ -16,6 +16,8 @@
 //! - [`cpu`]: CPU time of a process, from `/proc`;
 //! - [`plant`]: stores and contenders broken on purpose, which the soak
 //!   must catch;
+//! - [`soak`]: the soak itself, contender and orchestrator (the `soak`
+//!   binary only calls [`soak::main`]);
 //! - [`url`]: which backend a URL names, and the same URL through a proxy.
 
 pub mod check;
@@ -24,5 +26,6 @@ pub mod cpu;
 pub mod history;
 pub mod json;
 pub mod plant;
+pub mod soak;
 pub mod stats;
 pub mod url;
