@@ -21,7 +21,7 @@
 //! 3. **Stepping down** ([`late_step_downs`]): every holder that lost its lease (or was killed)
 //!    stopped acting before its successor's claim ran
 //!    ([`Violation::LateStepDown`]).
-//! 4. **Instants** ([`instants`]): each instant of a job ran at most twice, the second time
+//! 4. **Instants** ([`instants()`]): each instant of a job ran at most twice, the second time
 //!    only as a second claim after a first run that was cut short
 //!    ([`Violation::InstantRanTwice`], [`Violation::RerunTwice`],
 //!    [`Violation::RerunAfterFinished`], [`Violation::RerunBeforeFirstEnded`]).

@@ -2,30 +2,29 @@
 //! orchestrator injects, and writes every attempt, tenure and end to its
 //! standard output, one history line each.
 
-use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use dblease::{CancellationToken, Handle, LeaseStore, Leases, Unfinished, UtcMillis};
+use dblease::{CancellationToken, Handle, Leases, Unfinished, UtcMillis};
 use tokio::io::AsyncReadExt;
 use tokio::time::{Instant, sleep, timeout};
 
+use super::recorder::{Recorder, RecordingStore, emit};
 use super::rng::Rng;
 use super::{BoxResult, CLOCK_READ_BOUND, EVERY_MS, LEADERS, job_name, leader_name, timings};
-use crate::clock::DbClock;
 use crate::history::{Event, StopCause};
-use crate::plant::{PhantomClaimStore, Plant};
+use crate::plant::Plant;
 
 /// One contender process.
-struct Contender {
+pub(crate) struct Contender {
+    /// The raw leases: claims written to the history by the contender.
     leases: Leases,
-    clock: DbClock,
-    instance: String,
-    plant: Plant,
-    seq: AtomicU64,
+    /// The capabilities' leases: claims written by their store.
+    pub(crate) recorded: Leases,
+    pub(crate) rec: Arc<Recorder>,
+    pub(crate) plant: Plant,
     rng: Mutex<Rng>,
-    shutdown: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
 }
 
 /// What a claim is for.
@@ -37,34 +36,29 @@ enum Kind {
     PlantedRerun(i64),
 }
 
-fn emit(event: &Event) {
-    let mut out = std::io::stdout().lock();
-    // A closed pipe means the orchestrator is gone: nothing left to tell.
-    let _ = writeln!(out, "{}", event.to_line());
-    let _ = out.flush();
-}
-
 impl Contender {
-    fn ms(&self, lo: u64, hi: u64) -> Duration {
+    pub(crate) fn ms(&self, lo: u64, hi: u64) -> Duration {
         self.rng
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .ms(lo, hi)
     }
 
-    fn chance(&self, percent: u64) -> bool {
+    pub(crate) fn chance(&self, percent: u64) -> bool {
         self.rng
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .chance(percent)
     }
 
-    /// Reads the database's clock (bounded), calibrating [`DbClock`].
-    async fn now(&self) -> Option<i64> {
+    /// Reads the database's clock (bounded), calibrating the [`DbClock`](crate::clock::DbClock).
+    pub(crate) async fn now(&self) -> Option<i64> {
         let sent = Instant::now();
         match timeout(CLOCK_READ_BOUND, self.leases.now()).await {
             Ok(Ok(now)) => {
-                self.clock.observe(sent, Instant::now(), now.as_millis());
+                self.rec
+                    .clock
+                    .observe(sent, Instant::now(), now.as_millis());
                 Some(now.as_millis())
             }
             _ => None,
@@ -72,7 +66,7 @@ impl Contender {
     }
 
     /// Sleeps `d`, or until shutdown; whether the whole sleep passed.
-    async fn pause(&self, d: Duration) -> bool {
+    pub(crate) async fn pause(&self, d: Duration) -> bool {
         tokio::select! {
             () = self.shutdown.cancelled() => false,
             () = sleep(d) => true,
@@ -84,17 +78,17 @@ impl Contender {
     async fn attempt(&self, name: &str, kind: &Kind) -> Option<(Handle, u64)> {
         // Without a recent sample of the database's clock there is no bound
         // to record: calibrate first.
-        let sent_ms = match self.clock.lower(Instant::now()) {
+        let sent_ms = match self.rec.clock.lower(Instant::now()) {
             Some(ms) => ms,
             None => {
                 self.now().await;
                 return None;
             }
         };
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.rec.next_seq();
         emit(&Event::Try {
             name: name.to_owned(),
-            instance: self.instance.clone(),
+            instance: self.rec.instance.clone(),
             seq,
             sent_ms,
         });
@@ -107,7 +101,7 @@ impl Contender {
             }
             Kind::Rerun(u) => self.leases.claim_rerun(u).await,
         };
-        let instance = self.instance.clone();
+        let instance = self.rec.instance.clone();
         match claimed {
             Ok(Some(handle)) => Some((handle, seq)),
             Ok(None) => {
@@ -130,7 +124,7 @@ impl Contender {
         // the calibration at the claim's return, and a read of the clock.
         let returned = Instant::now();
         let read = self.now().await;
-        let lower = self.clock.lower(returned);
+        let lower = self.rec.clock.lower(returned);
         let claim_ms = read.max(lower).unwrap_or(i64::MIN);
         let (slot, rerun) = match kind {
             Kind::Plain => (None, false),
@@ -141,7 +135,7 @@ impl Contender {
         let name = handle.name().to_owned();
         emit(&Event::Claim {
             name: name.clone(),
-            instance: self.instance.clone(),
+            instance: self.rec.instance.clone(),
             seq,
             term: handle.term(),
             slot,
@@ -167,7 +161,7 @@ impl Contender {
         holder.stop().await;
         // Two upper bounds on when the work ended (it ended before both).
         let ended = Instant::now();
-        let upper = self.clock.upper(ended);
+        let upper = self.rec.clock.upper(ended);
         let read = self.now().await;
         let stop_ms = match (read, upper) {
             (Some(a), Some(b)) => a.min(b),
@@ -184,7 +178,7 @@ impl Contender {
         };
         emit(&Event::Stop {
             name,
-            instance: self.instance.clone(),
+            instance: self.rec.instance.clone(),
             seq,
             term: handle.term(),
             stop_ms,
@@ -206,7 +200,7 @@ impl Contender {
                 let finished = handle.finish(UtcMillis::from_millis(passed)).await;
                 if finished.is_ok() && !handle.lost() {
                     emit(&Event::Finished {
-                        instance: self.instance.clone(),
+                        instance: self.rec.instance.clone(),
                         seq,
                     });
                     return true;
@@ -285,21 +279,19 @@ impl Contender {
 
 /// A contender process: runs until the orchestrator closes its stdin.
 pub(crate) async fn run(instance: &str, run: &str, plant: Plant, url: &str) -> BoxResult<()> {
-    let store = dblease::connect_store(url).await?;
-    let store: Arc<dyn LeaseStore> = if plant == Plant::PhantomClaim {
-        Arc::new(PhantomClaimStore::new(store))
-    } else {
-        store
-    };
-    let leases = Leases::from_arc(store)
-        .with_timings(timings()?)
-        .with_instance(instance);
+    let base = dblease::connect_store(url).await?;
+    let raw = plant.raw_store(base.clone());
+    let rec = Arc::new(Recorder::new(instance));
+    let recorded = RecordingStore::new(plant.capability_store(base), rec.clone());
     let me = Arc::new(Contender {
-        leases,
-        clock: DbClock::new(),
-        instance: instance.to_owned(),
+        leases: Leases::from_arc(raw)
+            .with_timings(timings()?)
+            .with_instance(instance),
+        recorded: Leases::new(recorded)
+            .with_timings(timings()?)
+            .with_instance(instance),
+        rec,
         plant,
-        seq: AtomicU64::new(1),
         rng: Mutex::new(Rng::seeded()),
         shutdown: CancellationToken::new(),
     });
@@ -320,6 +312,9 @@ pub(crate) async fn run(instance: &str, run: &str, plant: Plant, url: &str) -> B
         tasks.push(tokio::spawn(me.clone().lead(leader_name(run, i))));
     }
     tasks.push(tokio::spawn(me.clone().schedule(job_name(run))));
+    tasks.push(tokio::spawn(me.clone().lock(run.to_owned())));
+    tasks.push(tokio::spawn(me.clone().lead_elected(run.to_owned())));
+    tasks.push(tokio::spawn(me.clone().cron(run.to_owned())));
 
     // The orchestrator closes our stdin to say the soak is over.
     let mut stdin = tokio::io::stdin();

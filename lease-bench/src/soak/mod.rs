@@ -9,38 +9,83 @@
 //! cargo run --release -p lease-bench --bin soak -- --seconds 20 --plant skip-deadline --expect-violations
 //! ```
 //!
-//! The orchestrator (this process) starts `--procs` contender processes (the
-//! same binary, `--child`), each with its own TCP proxy in front of a
-//! PostgreSQL or MariaDB server, and injects faults until `--seconds` have
-//! passed:
+//! The orchestrator (the process started) starts `--procs` contender
+//! processes (the same binary, `--child`), each with its own TCP proxy in
+//! front of a PostgreSQL or MariaDB server, and injects a fault every
+//! 0.7–2 s until `--seconds` have passed, aimed at a process holding
+//! something three times in four:
 //!
 //! - **kill**: a contender is killed with `SIGKILL` (no release, no last
 //!   word) and a new one started in its place;
+//! - **freeze**: a contender is stopped with `SIGSTOP` for 100–600 ms, then
+//!   resumed: shorter than the margin the timings leave (see
+//!   [`faults::FREEZE`]), since no lease protects a process frozen longer;
 //! - **pause** (servers): a contender's proxy holds every byte back for up to
-//!   4 s, its connections open, as across a partition;
+//!   4.5 s, its connections open, as across a partition;
 //! - **cut** (servers): every connection of a contender's proxy is closed;
 //! - **stall** (SQLite): the orchestrator holds SQLite's write lock for up to
-//!   4 s, so that no statement that writes gets through.
+//!   4.5 s, so that no statement that writes gets through.
 //!
-//! Each contender leads two names (claim, hold for a while, release) and
-//! runs the instants of a job falling due every 400 ms by the database's
-//! clock (claim the instant, run the round, finish; run a round cut short a
-//! second time). The timings are the protocol's scaled down: lease 3 s,
-//! renewals every 500 ms, local deadline 2 s, grace 300 ms.
+//! Each contender runs, side by side on names of the run:
+//!
+//! - the raw lease API: it leads two names (claim, hold for a while,
+//!   release) and runs the instants of a job falling due every 400 ms by the
+//!   database's clock (claim the instant, run the round, finish; run a round
+//!   cut short a second time), writing each attempt itself;
+//! - the capabilities (see [`capabilities`]): a [`Lock`](dblease::Lock)
+//!   (`try_run`, `run_within`), a [`Leader`](dblease::Leader) (`run`) and a
+//!   [`Scheduler`](dblease::scheduler::Scheduler) job `@every 1s`, whose
+//!   claims a recording store writes (see [`recorder`]).
+//!
+//! The timings are the protocol's scaled down: lease 3 s, renewals every
+//! 500 ms, local deadline 2 s, grace 300 ms.
 //!
 //! Every attempt, tenure and end goes to the history (JSON lines, see
-//! `lease_bench::history`), and the checker (`lease_bench::check`) runs on
-//! it at the end. The exit status is 0 when there is no violation (with
-//! `--expect-violations`: when there is at least one), 1 otherwise.
+//! [`history`](crate::history)), and the checker ([`check`](crate::check))
+//! runs on it at the end, with the same rules for every name: no two tenures
+//! overlap (never two runs of a lock at once, never two leaders, never two
+//! rounds of a job), terms +1 per change of hands, a holder that lost steps
+//! down before its successor's claim, each instant at most twice and the
+//! second only after a round cut short. The run fails, too, when the lock,
+//! the leader or the scheduler never held their name: the soak would not
+//! have tested them.
+//!
+//! # The clock of the history, and its uncertainty
+//!
+//! Every time in the history is the **database's** clock, the one the
+//! protocol's expiry is judged by, or a bound on it that leans the way that
+//! can only add violations ([`clock`](crate::clock)): an attempt's `sent_ms`
+//! and a tenure's start are lower bounds (the calibration's lower bound when
+//! the claim was sent, or a read of the database's clock that returned
+//! before the work started), a tenure's end an upper bound (the
+//! calibration's upper bound when the work had ended, or a read sent after
+//! it). The calibration holds the database's clock between
+//! `db_ms + (t - received)` and `db_ms + 1 + (t - sent)` for each recent read
+//! (`+ 1`: whole milliseconds), widened by 2 ms of slew, and is refreshed
+//! every 200 ms while the database answers; so the uncertainty of a bound is
+//! the round trip of the best recent read plus 3 ms, and a holder cut off
+//! from the database still bounds its end at once, without a statement. A
+//! name is given back only after the database's clock has passed the end
+//! recorded for it, so that a successor's start cannot tie with it. The
+//! checker may thus call a violation a finer clock would clear, never clear
+//! one that happened; a clean run with tens of changes of hands per name is
+//! evidence that the bounds are tight enough to mean something, and each
+//! planted bug ([`plant`](crate::plant)) shows that the rules can fail.
+//!
+//! The exit status is 0 when there is no violation (with
+//! `--expect-violations`: when there is at least one), 1 otherwise, 2 on an
+//! error.
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,
     reason = "the soak reports on its standard streams"
 )]
 
+pub mod capabilities;
 mod contender;
-mod faults;
+pub mod faults;
 mod orchestrator;
+pub mod recorder;
 mod report;
 mod rng;
 
@@ -78,7 +123,7 @@ pub(crate) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 const USAGE: &str = "usage: soak [--seconds N] [--procs N] [--plant NAME] [--history FILE] \
 [--expect-violations] [URL]\n  URL: sqlite://PATH (default: a file in a temp dir), postgres://..., mysql://...\n  \
-plants: none, skip-deadline, phantom-claim, rerun-finished";
+plants: none, skip-deadline, phantom-claim, rerun-finished, lying-lock, deaf-leader, lost-finish";
 
 /// The command line.
 #[derive(Debug)]

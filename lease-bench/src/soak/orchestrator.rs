@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::faults::{db_now, sqlite_path, stall};
+use super::faults::{FREEZE, db_now, freeze, sqlite_path, stall};
 use super::report::print_report;
 use super::rng::Rng;
 use super::{Args, BoxResult, PROGRESS_EVERY};
@@ -39,6 +39,7 @@ struct Proc {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     Kill,
+    Freeze,
     Pause,
     Cut,
     Stall,
@@ -48,6 +49,7 @@ enum Fault {
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     pub(crate) kills: usize,
+    pub(crate) freezes: usize,
     pub(crate) pauses: usize,
     pub(crate) cuts: usize,
     pub(crate) stalls: usize,
@@ -198,18 +200,20 @@ impl Soak<'_> {
         // The planted work that outlives its lease is exposed by the faults
         // that cost a holder its lease while it lives on: long pauses and
         // stalls. The others get the usual mix.
-        let (kill_pct, pause_pct, long) = if self.args.plant == Plant::SkipDeadline {
-            (5, 85, (3_000, 5_000))
+        let (kill_pct, freeze_pct, pause_pct, long) = if self.args.plant.outlives_lease() {
+            (5, 0, 85, (3_000, 5_000))
         } else {
-            (15, 55, (1_000, 4_500))
+            (15, 10, 45, (1_000, 4_500))
         };
         let roll = self.rng.below(100);
         let now = db_now(&self.setup).await;
         let fault = if roll < kill_pct {
             Fault::Kill
+        } else if roll < kill_pct + freeze_pct {
+            Fault::Freeze
         } else if self.sqlite.is_some() {
             Fault::Stall
-        } else if roll < kill_pct + pause_pct {
+        } else if roll < kill_pct + freeze_pct + pause_pct {
             Fault::Pause
         } else {
             Fault::Cut
@@ -225,6 +229,32 @@ impl Soak<'_> {
                 });
                 self.faults.kills += 1;
                 self.procs.push(self.orchestra.spawn().await?);
+            }
+            (_, Fault::Freeze) => {
+                let Some(p) = self.procs.get(victim) else {
+                    return Ok(());
+                };
+                let Some(pid) = p.child.id() else {
+                    return Ok(());
+                };
+                let d = self.rng.ms(FREEZE.0, FREEZE.1);
+                let instance = p.instance.clone();
+                self.orchestra.fault("freeze", &instance, now);
+                self.faults.freezes += 1;
+                let tx = self.orchestra.lines.clone();
+                self.background.push(tokio::spawn(async move {
+                    if let Err(e) = freeze(pid, d).await {
+                        eprintln!("soak: freezing {instance} failed: {e}");
+                    }
+                    let _ = tx.send(
+                        Event::Fault {
+                            kind: "thaw".to_owned(),
+                            instance,
+                            at_ms: 0,
+                        }
+                        .to_line(),
+                    );
+                }));
             }
             (Some(path), _) => {
                 if self.stalling.swap(true, Ordering::SeqCst) {
@@ -286,10 +316,11 @@ impl Soak<'_> {
 
     fn progress(&self, started: Instant) {
         println!(
-            "  {:>3} s of {}: {} kills, {} pauses, {} cuts, {} stalls so far",
+            "  {:>3} s of {}: {} kills, {} freezes, {} pauses, {} cuts, {} stalls so far",
             started.elapsed().as_secs(),
             self.args.seconds,
             self.faults.kills,
+            self.faults.freezes,
             self.faults.pauses,
             self.faults.cuts,
             self.faults.stalls
@@ -418,6 +449,13 @@ pub(crate) async fn orchestrate(args: &Args) -> BoxResult<bool> {
     judge(&text, &faults, args, &history_path)
 }
 
+/// The capabilities the soak must see at work, by their names' prefix.
+const CAPABILITIES: [(&str, &str); 3] = [
+    ("lock:", "lock"),
+    ("leader:", "leader"),
+    ("cron:", "scheduler"),
+];
+
 /// Checks the history and reports; whether it held what was expected.
 fn judge(text: &str, faults: &Faults, args: &Args, history_path: &Path) -> BoxResult<bool> {
     let events = match parse_history(text) {
@@ -435,6 +473,18 @@ fn judge(text: &str, faults: &Faults, args: &Args, history_path: &Path) -> BoxRe
     }
     if report.tenures.is_empty() {
         println!("  no tenure at all: the soak tested nothing");
+        return Ok(false);
+    }
+    let untested: Vec<&str> = CAPABILITIES
+        .iter()
+        .filter(|(prefix, _)| !report.tenures.iter().any(|t| t.name.starts_with(prefix)))
+        .map(|(_, what)| *what)
+        .collect();
+    if !untested.is_empty() {
+        println!(
+            "  no tenure of the {}: the soak did not test it",
+            untested.join(", ")
+        );
         return Ok(false);
     }
     Ok(violated == args.expect_violations)

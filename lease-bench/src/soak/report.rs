@@ -9,8 +9,8 @@ use crate::check::Report;
 /// Prints what the soak did and what the checker found.
 pub(crate) fn print_report(report: &Report, faults: &Faults, args: &Args) {
     println!(
-        "  faults: {} kills, {} pauses, {} cuts, {} stalls",
-        faults.kills, faults.pauses, faults.cuts, faults.stalls
+        "  faults: {} kills, {} freezes, {} pauses, {} cuts, {} stalls",
+        faults.kills, faults.freezes, faults.pauses, faults.cuts, faults.stalls
     );
     println!(
         "  claims: {} attempted, {} refused, {} of unknown outcome",
