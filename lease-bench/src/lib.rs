@@ -5,6 +5,8 @@
 //! The binaries are the product (`bench`, `scale`, `scheduler`, `soak`); this library
 //! holds what they share and what is worth testing on its own:
 //!
+//! - [`bench`](mod@bench): the benchmark (the `bench` binary only calls
+//!   [`bench::main`]);
 //! - [`stats`]: latency percentiles and throughput from recorded samples;
 //! - [`json`]: the flat JSON objects of the soak's history, written and read
 //!   by hand (no serde: one line format does not earn its build time);
@@ -20,6 +22,7 @@
 //!   binary only calls [`soak::main`]);
 //! - [`url`]: which backend a URL names, and the same URL through a proxy.
 
+pub mod bench;
 pub mod check;
 pub mod clock;
 pub mod cpu;

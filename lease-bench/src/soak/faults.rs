@@ -1,6 +1,6 @@
 //! The faults the orchestrator injects, and what it needs to inject them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use dblease::Leases;
@@ -8,13 +8,6 @@ use tokio::process::Command;
 use tokio::time::{sleep, timeout};
 
 use super::CLOCK_READ_BOUND;
-
-/// The SQLite file a URL names.
-pub(crate) fn sqlite_path(url: &str) -> Option<PathBuf> {
-    let rest = url.get(7..)?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    (rest != ":memory:" && !rest.is_empty()).then(|| PathBuf::from(rest))
-}
 
 /// Holds SQLite's write lock on `path` for `d`: no write gets through.
 pub(crate) fn stall(path: &Path, d: Duration) -> rusqlite::Result<()> {

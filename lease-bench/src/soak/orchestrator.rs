@@ -18,14 +18,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-use super::faults::{FREEZE, db_now, freeze, sqlite_path, stall};
+use super::faults::{FREEZE, db_now, freeze, stall};
 use super::report::print_report;
 use super::rng::Rng;
 use super::{Args, BoxResult, PROGRESS_EVERY};
 use crate::check;
 use crate::history::{Event, parse_history};
 use crate::plant::Plant;
-use crate::url::{Backend, host_port, through};
+use crate::url::{Backend, host_port, sqlite_path, through};
 
 /// A contender process and what stands between it and the database.
 struct Proc {
