@@ -15,13 +15,15 @@
 //! as it is dropped.
 //!
 //! - **lock** `lock:soak:<run>:lock`: `try_run` three times in four, else
-//!   `run_within` a few seconds; runs of 100–1,500 ms.
+//!   `run_within` a few seconds; runs of 100–1,500 ms, one in four 2–4 s
+//!   (longer than the local deadline, so that a fault can cost the lease).
 //! - **leader** `leader:soak:<run>:leader`: `Leader::run` campaigning every
 //!   200–500 ms; each tenure leads 0.5–4 s, then the work returns and the
 //!   name is given back.
 //! - **scheduler** job `soak-<run>` (`cron:soak-<run>`), `@every 1s`,
-//!   swept for rounds cut short every 300 ms; rounds of 50–500 ms, one in
-//!   ten 0.8–1.5 s (overrunning the next instant).
+//!   swept for rounds cut short every 300 ms; rounds of 50–500 ms, some of
+//!   0.8–1.5 s and one in five of 2–4 s (overrunning the next instants, and
+//!   long enough for a fault to cost the lease).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,7 +159,13 @@ impl Contender {
             .with_cancellation(&self.shutdown);
         let name = lock.name().to_owned();
         while self.pause(self.ms(50, 400)).await {
-            let planned = self.ms(100, 1_500);
+            // One run in four is long enough to outlast the local deadline
+            // under a fault, so that losses happen under the lock too.
+            let planned = if self.chance(25) {
+                self.ms(2_000, 4_000)
+            } else {
+                self.ms(100, 1_500)
+            };
             let (me, name) = (self.clone(), name.clone());
             let work = move |ctx: LeaseContext| async move {
                 let acting = Acting::begin(&me, &name, ctx.term(), None, false).await;
@@ -253,7 +261,11 @@ impl Contender {
         let slot = round.instant().as_millis();
         let term = round.term().unwrap_or(0);
         let acting = Acting::begin(self, name, term, Some(slot), round.is_rerun()).await;
-        let planned = if self.chance(10) {
+        let planned = if self.chance(20) {
+            // Outlasts the local deadline under a fault, and overruns the
+            // next instants.
+            self.ms(2_000, 4_000)
+        } else if self.chance(10) {
             self.ms(800, 1_500)
         } else {
             self.ms(50, 500)

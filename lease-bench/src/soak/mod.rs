@@ -85,6 +85,7 @@ pub mod capabilities;
 mod contender;
 pub mod faults;
 mod orchestrator;
+mod procs;
 pub mod recorder;
 mod report;
 mod rng;

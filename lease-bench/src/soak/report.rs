@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use super::Args;
 use super::orchestrator::Faults;
-use crate::check::Report;
+use crate::check::{End, Report};
+use crate::history::StopCause;
 
 /// Prints what the soak did and what the checker found.
 pub(crate) fn print_report(report: &Report, faults: &Faults, args: &Args) {
@@ -16,11 +17,25 @@ pub(crate) fn print_report(report: &Report, faults: &Faults, args: &Args) {
         "  claims: {} attempted, {} refused, {} of unknown outcome",
         report.attempts, report.refused, report.unknown
     );
-    let mut terms: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    /// Per name: tenures, lost, killed, last term, first runs, second runs.
+    #[derive(Default)]
+    struct PerName {
+        tenures: usize,
+        lost: usize,
+        killed: usize,
+        term: u64,
+        instants: usize,
+        reruns: usize,
+    }
+    let mut names: BTreeMap<&str, PerName> = BTreeMap::new();
     for t in &report.tenures {
-        let e = terms.entry(t.name.as_str()).or_default();
-        e.0 += 1;
-        e.1 = e.1.max(t.id.term);
+        let e = names.entry(t.name.as_str()).or_default();
+        e.tenures += 1;
+        e.lost += usize::from(t.end == End::Stopped(StopCause::Lost));
+        e.killed += usize::from(t.end == End::Killed);
+        e.term = e.term.max(t.id.term);
+        e.instants += usize::from(t.slot.is_some() && !t.rerun);
+        e.reruns += usize::from(t.slot.is_some() && t.rerun);
     }
     println!(
         "  tenures: {} ({} ended by a lost lease, {} by a kill)",
@@ -28,8 +43,16 @@ pub(crate) fn print_report(report: &Report, faults: &Faults, args: &Args) {
         report.lost(),
         report.killed()
     );
-    for (name, (count, max)) in &terms {
-        println!("    {name}: {count} tenures, last term {max}");
+    for (name, n) in &names {
+        let instants = if n.instants + n.reruns > 0 {
+            format!(", {} instants, {} run again", n.instants, n.reruns)
+        } else {
+            String::new()
+        };
+        println!(
+            "    {name}: {} tenures ({} lost, {} killed), last term {}{instants}",
+            n.tenures, n.lost, n.killed, n.term
+        );
     }
     println!(
         "  instants: {} run, {} run a second time after a round cut short",
