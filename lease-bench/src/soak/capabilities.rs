@@ -206,8 +206,10 @@ impl Contender {
         if self.plant == Plant::DeafLeader {
             // The planted bug: the duty runs its course on a task of its
             // own, whatever happens to the lease (it does stop for a
-            // shutdown); the work the library sees returns on the loss.
-            let planned = self.ms(6_000, 12_000);
+            // shutdown); the work the library sees returns on the loss. Long
+            // enough to outlast the first stall or pause that costs the lease
+            // and the successor's claim after it.
+            let planned = self.ms(8_000, 15_000);
             let (me, handle) = (self.clone(), ctx.handle().clone());
             let duty = tokio::spawn(async move {
                 let _ = me.pause(planned).await;
