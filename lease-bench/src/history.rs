@@ -10,7 +10,12 @@
 //! then exactly one of [`Event::Refused`], [`Event::Failed`] (the outcome is
 //! unknown: the claim may have taken effect with a token nobody knows) or
 //! [`Event::Claim`]; a claim is followed by [`Event::Stop`] once the work
-//! under it has ended. The soak's orchestrator adds [`Event::Killed`] for a
+//! under it has ended. For the capabilities (lock, leader, scheduler), which
+//! claim by themselves, the store under them writes the attempt and a
+//! refusal or failure, and their work writes the claim and the stop; an
+//! attempt that claimed but whose work never started stays without an
+//! outcome, and counts as unknown (see
+//! [`soak::recorder`](crate::soak::recorder)). The soak's orchestrator adds [`Event::Killed`] for a
 //! process it killed (its tenures still open end there) and [`Event::Fault`]
 //! for the record.
 

@@ -5,6 +5,8 @@
 //! The binaries are the product (`bench`, `scale`, `scheduler`, `soak`); this library
 //! holds what they share and what is worth testing on its own:
 //!
+//! - [`bench`](mod@bench): the benchmark (the `bench` binary only calls
+//!   [`bench::main`]);
 //! - [`stats`]: latency percentiles and throughput from recorded samples;
 //! - [`json`]: the flat JSON objects of the soak's history, written and read
 //!   by hand (no serde: one line format does not earn its build time);
@@ -16,13 +18,17 @@
 //! - [`cpu`]: CPU time of a process, from `/proc`;
 //! - [`plant`]: stores and contenders broken on purpose, which the soak
 //!   must catch;
+//! - [`soak`]: the soak itself, contender and orchestrator (the `soak`
+//!   binary only calls [`soak::main`]);
 //! - [`url`]: which backend a URL names, and the same URL through a proxy.
 
+pub mod bench;
 pub mod check;
 pub mod clock;
 pub mod cpu;
 pub mod history;
 pub mod json;
 pub mod plant;
+pub mod soak;
 pub mod stats;
 pub mod url;

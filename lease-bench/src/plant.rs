@@ -6,10 +6,24 @@
 //!   overlap and a late step-down once the database stalls or the network
 //!   fails for longer than the local deadline.
 //! - [`Plant::PhantomClaim`]: the store takes every name twice per claim
-//!   ([`PhantomClaimStore`]), so the term moves by two per change of hands:
+//!   ([`PlantedStore`]), so the term moves by two per change of hands:
 //!   caught by the term rule.
 //! - [`Plant::RerunFinished`]: the scheduler runs an instant a second time
 //!   after its first run finished (under a plain claim of the job's name):
+//!   caught by the instant rule.
+//!
+//! And in the capabilities (the lock, the leader, the scheduler):
+//!
+//! - [`Plant::LyingLock`]: the lock's store says a claim of a lock held
+//!   elsewhere succeeded ([`PlantedStore`]), so the lock runs beside its
+//!   holder: caught by the overlap rule (and the term rule: the lie reuses
+//!   the holder's term).
+//! - [`Plant::DeafLeader`]: the leader's duty runs on a task of its own and
+//!   carries on after the lease is lost: caught as an overlap and a late
+//!   step-down once a fault costs the leader its lease.
+//! - [`Plant::LostFinish`]: the scheduler's store loses the record of a
+//!   round's end (it only gives the name back) and says it recorded it
+//!   ([`PlantedStore`]), so the rerun sweep runs the finished instant again:
 //!   caught by the instant rule.
 
 use std::fmt;
@@ -31,15 +45,24 @@ pub enum Plant {
     PhantomClaim,
     /// A scheduler that runs a finished instant again.
     RerunFinished,
+    /// A lock whose store lies about a claim.
+    LyingLock,
+    /// A leader that carries on after its lease is lost.
+    DeafLeader,
+    /// A scheduler's store that loses the record of a round's end.
+    LostFinish,
 }
 
 impl Plant {
     /// Every plant, for help texts.
-    pub const ALL: [Plant; 4] = [
+    pub const ALL: [Plant; 7] = [
         Plant::None,
         Plant::SkipDeadline,
         Plant::PhantomClaim,
         Plant::RerunFinished,
+        Plant::LyingLock,
+        Plant::DeafLeader,
+        Plant::LostFinish,
     ];
 
     /// The plant's name on the command line.
@@ -50,6 +73,34 @@ impl Plant {
             Plant::SkipDeadline => "skip-deadline",
             Plant::PhantomClaim => "phantom-claim",
             Plant::RerunFinished => "rerun-finished",
+            Plant::LyingLock => "lying-lock",
+            Plant::DeafLeader => "deaf-leader",
+            Plant::LostFinish => "lost-finish",
+        }
+    }
+
+    /// Whether the bug is work that outlives its lease: the soak then aims
+    /// its faults at costing holders their leases (long pauses and stalls).
+    #[must_use]
+    pub fn outlives_lease(self) -> bool {
+        matches!(self, Plant::SkipDeadline | Plant::DeafLeader)
+    }
+
+    /// The store the soak's raw leases use over `base`.
+    #[must_use]
+    pub fn raw_store(self, base: Arc<dyn LeaseStore>) -> Arc<dyn LeaseStore> {
+        match self {
+            Plant::PhantomClaim => Arc::new(PlantedStore::new(base, self)),
+            _ => base,
+        }
+    }
+
+    /// The store the soak's capabilities use over `base`.
+    #[must_use]
+    pub fn capability_store(self, base: Arc<dyn LeaseStore>) -> Arc<dyn LeaseStore> {
+        match self {
+            Plant::LyingLock | Plant::LostFinish => Arc::new(PlantedStore::new(base, self)),
+            _ => base,
         }
     }
 }
@@ -74,25 +125,34 @@ impl FromStr for Plant {
     }
 }
 
-/// A store whose every successful claim is made twice: the name is taken,
-/// given back and taken again, so the term moves by two while the caller
-/// sees one change of hands. Every other statement is forwarded.
+/// A store with a planted bug; every statement the bug does not touch is
+/// forwarded.
+///
+/// - [`Plant::PhantomClaim`]: every successful claim is made twice (the name
+///   is taken, given back and taken again), so the term moves by two while
+///   the caller sees one change of hands.
+/// - [`Plant::LyingLock`]: a claim of a lock's name (`lock:`) that is held
+///   elsewhere "succeeds" with the holder's term, and nothing is written.
+/// - [`Plant::LostFinish`]: `finish` only gives the name back, leaving the
+///   round unfinished in the table, and reports the end recorded.
 #[derive(Debug)]
-pub struct PhantomClaimStore {
+pub struct PlantedStore {
     inner: Arc<dyn LeaseStore>,
+    plant: Plant,
 }
 
-impl PhantomClaimStore {
-    /// Wraps `inner`.
+impl PlantedStore {
+    /// Wraps `inner` with `plant`'s bug (none for the plants that are not
+    /// in a store).
     #[must_use]
-    pub fn new(inner: Arc<dyn LeaseStore>) -> Self {
-        PhantomClaimStore { inner }
+    pub fn new(inner: Arc<dyn LeaseStore>, plant: Plant) -> Self {
+        PlantedStore { inner, plant }
     }
 }
 
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl LeaseStore for PhantomClaimStore {
+impl LeaseStore for PlantedStore {
     async fn claim(
         &self,
         name: &str,
@@ -100,12 +160,18 @@ impl LeaseStore for PhantomClaimStore {
         instance: &str,
         lease_ms: i64,
     ) -> Result<Option<u64>, BoxError> {
-        match self.inner.claim(name, holder, instance, lease_ms).await? {
-            Some(_) => {
+        match (
+            self.plant,
+            self.inner.claim(name, holder, instance, lease_ms).await?,
+        ) {
+            (Plant::PhantomClaim, Some(_)) => {
                 self.inner.release(name, holder).await?;
                 self.inner.claim(name, holder, instance, lease_ms).await
             }
-            None => Ok(None),
+            (Plant::LyingLock, None) if name.starts_with("lock:") => {
+                Ok(self.inner.get(name).await?.map(|held| held.term))
+            }
+            (_, claimed) => Ok(claimed),
         }
     }
 
@@ -154,7 +220,14 @@ impl LeaseStore for PhantomClaimStore {
         slot_ms: i64,
         passed_ms: i64,
     ) -> Result<Finished, BoxError> {
-        self.inner.finish(name, holder, slot_ms, passed_ms).await
+        match (self.plant, holder) {
+            (Plant::LostFinish, Some(holder)) => Ok(if self.inner.release(name, holder).await? {
+                Finished::Released
+            } else {
+                Finished::NotRecorded
+            }),
+            _ => self.inner.finish(name, holder, slot_ms, passed_ms).await,
+        }
     }
 
     async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
@@ -225,7 +298,7 @@ mod tests {
     async fn a_phantom_claim_moves_the_term_by_two() {
         let inner: Arc<dyn LeaseStore> =
             Arc::new(dblease::sqlite::SqliteStore::open_in_memory().unwrap());
-        let leases = Leases::new(PhantomClaimStore::new(inner));
+        let leases = Leases::new(PlantedStore::new(inner, Plant::PhantomClaim));
         leases.migrate().await.unwrap();
         let first = leases.claim("n").await.unwrap().unwrap();
         assert_eq!(first.term(), 2);
@@ -233,5 +306,41 @@ mod tests {
         let second = leases.claim("n").await.unwrap().unwrap();
         assert_eq!(second.term(), 4);
         assert_eq!(second.verify().await.unwrap(), 4);
+    }
+}
+
+#[cfg(test)]
+mod capability_tests {
+    use super::*;
+    use lease_core::Leases;
+
+    fn sqlite() -> Arc<dyn LeaseStore> {
+        Arc::new(dblease::sqlite::SqliteStore::open_in_memory().unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_lying_lock_store_claims_a_lock_held_elsewhere() {
+        let inner = sqlite();
+        let honest = Leases::from_arc(inner.clone());
+        honest.migrate().await.unwrap();
+        let liar = Leases::new(PlantedStore::new(inner, Plant::LyingLock));
+        let held = honest.claim("lock:x").await.unwrap().unwrap();
+        let lie = liar.claim("lock:x").await.unwrap().unwrap();
+        assert_eq!(lie.term(), held.term());
+        // Other names are left alone.
+        let _other = honest.claim("y").await.unwrap().unwrap();
+        assert!(liar.claim("y").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lost_finish_leaves_the_instant_to_run_again() {
+        let inner = sqlite();
+        let leases = Leases::new(PlantedStore::new(inner, Plant::LostFinish));
+        leases.migrate().await.unwrap();
+        let slot = lease_core::UtcMillis::from_millis(1_000);
+        let round = leases.claim_slot("cron:j", slot).await.unwrap().unwrap();
+        round.finish(slot).await.unwrap();
+        let found = leases.unfinished_slots(&["cron:j"]).await.unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
     }
 }

@@ -62,9 +62,28 @@ pub fn through(url: &str, addr: &str) -> Option<String> {
     Some(out)
 }
 
+/// The file an `sqlite:` URL names (`sqlite://PATH` or `sqlite:PATH`), or
+/// `None` for an in-memory database.
+#[must_use]
+pub fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.get(7..)?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    (rest != ":memory:" && !rest.is_empty()).then(|| std::path::PathBuf::from(rest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_files() {
+        assert_eq!(
+            sqlite_path("sqlite:///tmp/a.db"),
+            Some(std::path::PathBuf::from("/tmp/a.db"))
+        );
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert_eq!(sqlite_path("sqlite://"), None);
+    }
 
     #[test]
     fn backends_by_scheme() {

@@ -54,3 +54,27 @@ fn a_finished_instant_run_again_is_caught_by_the_instant_rule() {
     let out = soak("rerun-finished", 8);
     assert!(out.contains("recorded finished"), "{out}");
 }
+
+#[test]
+fn a_lock_whose_store_lies_about_a_claim_is_caught_by_the_overlap_rule() {
+    let out = soak("lying-lock", 8);
+    assert!(out.contains("overlap on lock:"), "{out}");
+}
+
+#[test]
+fn a_leader_acting_on_after_its_loss_is_caught_as_overlap_and_late_step_down() {
+    let out = soak("deaf-leader", 20);
+    assert!(
+        out.contains("overlap on leader:") || out.contains("late step-down on leader:"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_scheduler_running_a_finished_instant_again_is_caught_by_the_instant_rule() {
+    let out = soak("lost-finish", 10);
+    assert!(
+        out.contains("of cron:") && out.contains("recorded finished"),
+        "{out}"
+    );
+}

@@ -12,8 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
-    UnfinishedRow,
+    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow,
 };
 
 /// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
@@ -453,13 +452,13 @@ impl LeaseStore for MemoryStore {
             if row.expires_at_ms > now || !later {
                 return Ok(SlotClaim::Refused);
             }
-            let superseded = (row.unfinished_slot_ms != 0
-                && row.unfinished_slot_ms == row.slot_ms
-                && !self.has(Fault::SupersededNotReported))
-            .then_some(SupersededSlot {
+            let superseded = SlotRecord {
                 slot_ms: row.slot_ms,
-                rerun: row.rerun_slot_ms == row.slot_ms,
-            });
+                unfinished_slot_ms: row.unfinished_slot_ms,
+                rerun_slot_ms: row.rerun_slot_ms,
+            }
+            .superseded()
+            .filter(|_| !self.has(Fault::SupersededNotReported));
             row.holder = holder.to_owned();
             if !self.has(Fault::InstanceNotRecorded) {
                 row.instance = instance.to_owned();

@@ -38,7 +38,9 @@ pub use leases::{Handle, Leases, Unfinished};
 pub use lock::{LOCK_PREFIX, Lock, LockError};
 pub use name::{MAX_NAME_BYTES, validate_name};
 pub use run::{ABORT_WAIT, run};
-pub use store::{Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
+pub use store::{
+    Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow, term_from_db,
+};
 pub use time::{TimeOutOfRange, UtcMillis};
 pub use timings::{Timings, TimingsBuilder};
 pub use token::instance_id;

@@ -320,6 +320,62 @@ pub struct SupersededSlot {
     pub rerun: bool,
 }
 
+/// A lease row's record of instants, as an instant claim reads it before it
+/// writes: the rules of [`LeaseStore::claim_slot`] in one place, for
+/// backends that decide in code rather than in one statement.
+///
+/// ```
+/// use lease_core::{SlotRecord, SupersededSlot};
+///
+/// // The round of instant 1000 was claimed and never finished.
+/// let row = SlotRecord { slot_ms: 1_000, unfinished_slot_ms: 1_000, rerun_slot_ms: 0 };
+/// assert!(row.claimable(true, 2_000));
+/// assert!(!row.claimable(false, 2_000), "held: refused");
+/// assert!(!row.claimable(true, 1_000), "not a later instant: refused");
+/// assert_eq!(row.superseded(), Some(SupersededSlot { slot_ms: 1_000, rerun: false }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRecord {
+    /// The last instant claimed (0: none).
+    pub slot_ms: i64,
+    /// The instant whose round has not finished (equal to `slot_ms` while it
+    /// runs or after it was cut short).
+    pub unfinished_slot_ms: i64,
+    /// The instant claimed a second time, if any.
+    pub rerun_slot_ms: i64,
+}
+
+impl SlotRecord {
+    /// Whether an instant claim for `slot_ms` takes this row: the lease has
+    /// expired by the database's clock, and the instant is later than the
+    /// one on record.
+    #[must_use]
+    pub fn claimable(&self, expired: bool, slot_ms: i64) -> bool {
+        expired && slot_ms > self.slot_ms
+    }
+
+    /// What a claim that takes this row gives up: the instant on record, if
+    /// its round never finished.
+    #[must_use]
+    pub fn superseded(&self) -> Option<SupersededSlot> {
+        (self.slot_ms != 0 && self.unfinished_slot_ms == self.slot_ms).then_some(SupersededSlot {
+            slot_ms: self.slot_ms,
+            rerun: self.rerun_slot_ms == self.slot_ms,
+        })
+    }
+}
+
+/// A term as a database column holds it (a signed 64-bit integer) to the
+/// protocol's `u64`: the lease table never holds a negative one.
+///
+/// # Errors
+///
+/// A negative value, which only a table written by something else holds.
+pub fn term_from_db(value: i64) -> Result<u64, BoxError> {
+    u64::try_from(value)
+        .map_err(|_| format!("the lease table holds a negative term ({value})").into())
+}
+
 /// What [`LeaseStore::finish`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]

@@ -4,9 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{
-    BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow,
-};
+use lease_core::{BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value, params};
 
@@ -201,7 +199,12 @@ impl LeaseStore for MySqlStore {
                 _ => SlotClaim::Refused,
             });
         };
-        if expired == 0 || slot_ms <= slot {
+        let record = SlotRecord {
+            slot_ms: slot,
+            unfinished_slot_ms: unfinished,
+            rerun_slot_ms: rerun,
+        };
+        if !record.claimable(expired != 0, slot_ms) {
             return Ok(SlotClaim::Refused);
         }
         let claimed = self
@@ -220,10 +223,7 @@ impl LeaseStore for MySqlStore {
         Ok(match claimed {
             Some(new_term) => SlotClaim::Claimed {
                 term: new_term,
-                superseded: (unfinished == slot && slot != 0).then_some(SupersededSlot {
-                    slot_ms: slot,
-                    rerun: rerun == slot,
-                }),
+                superseded: record.superseded(),
             },
             None => SlotClaim::Refused,
         })

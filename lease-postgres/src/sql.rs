@@ -567,10 +567,7 @@ pub(crate) async fn query(
 }
 
 /// A term as the database stores it (`bigint`) to the protocol's `u64`.
-pub(crate) fn term(value: i64) -> Result<u64, BoxError> {
-    u64::try_from(value)
-        .map_err(|_| format!("the lease table holds a negative term ({value})").into())
-}
+pub(crate) use lease_core::term_from_db as term;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 //! reads `'now'` once per statement step, so every mention of [`NOW`] in a
 //! statement sees the same instant.
 
-use lease_core::{LeaseInfo, SlotClaim, SupersededSlot, UnfinishedRow};
+use lease_core::{LeaseInfo, SlotClaim, SlotRecord, UnfinishedRow};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
 
 use crate::error::SqliteError;
@@ -331,9 +331,7 @@ pub(crate) fn term_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u
 /// The row an instant claim reads before it writes.
 struct SlotRow {
     term: i64,
-    slot_ms: i64,
-    unfinished_slot_ms: i64,
-    rerun_slot_ms: i64,
+    record: SlotRecord,
     expired: bool,
 }
 
@@ -351,9 +349,11 @@ pub(crate) fn claim_slot_in(
         .query_row(&sql.slot_read, [name], |row| {
             Ok(SlotRow {
                 term: row.get(0)?,
-                slot_ms: row.get(1)?,
-                unfinished_slot_ms: row.get(2)?,
-                rerun_slot_ms: row.get(3)?,
+                record: SlotRecord {
+                    slot_ms: row.get(1)?,
+                    unfinished_slot_ms: row.get(2)?,
+                    rerun_slot_ms: row.get(3)?,
+                },
                 expired: row.get(4)?,
             })
         })
@@ -372,19 +372,15 @@ pub(crate) fn claim_slot_in(
                 SlotClaim::Refused
             }
         }
-        Some(row) if row.expired && slot_ms > row.slot_ms => {
+        Some(row) if row.record.claimable(row.expired, slot_ms) => {
             let updated = tx
                 .prepare_cached(&sql.slot_update)?
                 .execute(params![name, holder, instance, slot_ms, lease_ms, row.term])?;
             if updated == 1 {
-                let given_up = row.slot_ms != 0 && row.unfinished_slot_ms == row.slot_ms;
                 SlotClaim::Claimed {
                     term: u64::try_from(row.term.saturating_add(1))
                         .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, row.term))?,
-                    superseded: given_up.then_some(SupersededSlot {
-                        slot_ms: row.slot_ms,
-                        rerun: row.rerun_slot_ms == row.slot_ms,
-                    }),
+                    superseded: row.record.superseded(),
                 }
             } else {
                 SlotClaim::Refused

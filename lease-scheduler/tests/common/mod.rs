@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SupersededSlot, UnfinishedRow};
+use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow};
 use tokio::time::Instant;
 
 /// 2025-12-01T10:00:00Z: where the store's clock starts.
@@ -26,6 +26,16 @@ pub struct Row {
     pub slot_ms: i64,
     pub unfinished_slot_ms: i64,
     pub rerun_slot_ms: i64,
+}
+
+impl Row {
+    fn record(&self) -> SlotRecord {
+        SlotRecord {
+            slot_ms: self.slot_ms,
+            unfinished_slot_ms: self.unfinished_slot_ms,
+            rerun_slot_ms: self.rerun_slot_ms,
+        }
+    }
 }
 
 /// A statement the store answered (or failed).
@@ -253,13 +263,8 @@ impl LeaseStore for TestStore {
                         superseded: None,
                     }
                 }
-                Some(row) if row.expires_at_ms <= now && slot_ms > row.slot_ms => {
-                    let superseded = (row.unfinished_slot_ms != 0
-                        && row.unfinished_slot_ms == row.slot_ms)
-                        .then_some(SupersededSlot {
-                            slot_ms: row.slot_ms,
-                            rerun: row.rerun_slot_ms == row.slot_ms,
-                        });
+                Some(row) if row.record().claimable(row.expires_at_ms <= now, slot_ms) => {
+                    let superseded = row.record().superseded();
                     row.holder = holder.to_owned();
                     row.instance = instance.to_owned();
                     row.term += 1;
