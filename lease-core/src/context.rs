@@ -1,7 +1,9 @@
 //! The lease context: a handle and the cancellation that ends the work under it.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use tokio::time::Instant;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
@@ -57,6 +59,12 @@ struct Shared {
     /// The parent token of a held context: a token ended by its parent has
     /// [`EndCause::ParentCancelled`] as its cause without anyone recording it.
     parent: Option<CancellationToken>,
+    /// The local deadline of a held context: the start of the last
+    /// successful renewal (the claim, at first) plus the deadline. Past it,
+    /// [`LeaseContext::is_cancelled`] answers true even if the renewal task
+    /// has not run yet to end the context (a starved runtime, a process
+    /// stopped and resumed).
+    deadline: Mutex<Option<Instant>>,
     /// Cancelled when the handle is known lost, whether or not the token had
     /// already ended for another reason: what [`run`](crate::run) watches.
     lost: CancellationToken,
@@ -105,6 +113,7 @@ impl LeaseContext {
             shared: Arc::new(Shared {
                 cause: OnceLock::new(),
                 parent,
+                deadline: Mutex::new(None),
                 lost: CancellationToken::new(),
                 lost_cause: OnceLock::new(),
                 span,
@@ -138,10 +147,46 @@ impl LeaseContext {
         self.cancel.cancelled()
     }
 
-    /// Whether the context has ended.
+    /// Whether the context has ended: check it right before each step that
+    /// acts under the lease.
+    ///
+    /// For a held context this also reads the holder's local deadline on
+    /// the clock: past it, the context ends here and now (lost,
+    /// [`LostCause::DeadlineExceeded`]) even if the renewal task has not run
+    /// yet to end it, as when the runtime is starved of CPU or the process
+    /// was stopped and resumed. [`cancelled`](Self::cancelled) resolves when
+    /// the renewal task ends the context, at the deadline at the latest.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        if self.cancel.is_cancelled() {
+            return true;
+        }
+        let past = self
+            .deadline()
+            .is_some_and(|deadline| Instant::now() >= deadline);
+        if past {
+            self.end(EndCause::Lost(LostCause::DeadlineExceeded));
+        }
+        past
+    }
+
+    /// The local deadline of a held context, `None` for another.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves the local deadline of a held context (after each successful
+    /// renewal).
+    pub(crate) fn set_deadline(&self, deadline: Instant) {
+        *self
+            .shared
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(deadline);
     }
 
     /// Why the context ended, once it has and the cause is known: the first

@@ -93,6 +93,7 @@ impl Handle {
     /// ```
     pub fn hold(&self, parent: &CancellationToken) -> Holder {
         let context = LeaseContext::held(self.clone(), parent);
+        context.set_deadline(self.claimed_at() + self.leases().timings().deadline());
         let stop = CancellationToken::new();
         let span = context.span().clone();
         let task = tokio::spawn(renewals(context.clone(), stop.clone()).instrument(span));
@@ -206,7 +207,9 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
             () = sleep_until(due) => {}
         }
         let start = Instant::now();
-        if start >= deadline {
+        // The work may have found the deadline passed first
+        // (`LeaseContext::is_cancelled`), and ended the context.
+        if start >= deadline || ctx.lost_cause().is_some() {
             lose(&ctx, LostCause::DeadlineExceeded);
             give_back(&ctx, last_answered);
             return;
@@ -222,6 +225,7 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
             Ok(db_ms) => {
                 last_success = start;
                 last_answered = Instant::now();
+                ctx.set_deadline(start + timings.deadline());
                 let seen = Observation {
                     start,
                     end: last_answered,
@@ -577,6 +581,39 @@ mod tests {
             ]
         );
         assert!(!handle.lost());
+    }
+
+    /// The work checks the context right before it acts; a renewal task
+    /// starved of the runtime (here: the one runtime thread blocked past the
+    /// deadline) cannot end it in time, so the check reads the deadline
+    /// itself.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_context_past_its_deadline_reads_as_ended_before_the_renewals_run() {
+        let store = ScriptedStore::default();
+        let (_, handle) = claimed(&store).await;
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        assert!(!ctx.is_cancelled(), "within the deadline");
+        // Blocks the runtime's only thread: the renewal task cannot run.
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert!(
+            store.starts(handle.claimed_at()).is_empty(),
+            "no renewal could run"
+        );
+        assert!(
+            ctx.is_cancelled(),
+            "600 ms after the claim, past the 500 ms deadline"
+        );
+        assert_eq!(
+            ctx.cause(),
+            Some(EndCause::Lost(LostCause::DeadlineExceeded))
+        );
+        assert!(handle.lost());
+        holder.stop().await;
+        assert!(
+            store.starts(handle.claimed_at()).is_empty(),
+            "no renewal after the context ended"
+        );
     }
 
     #[tokio::test(start_paused = true)]
