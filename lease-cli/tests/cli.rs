@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::process::{Output, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dblease::Leases;
@@ -22,17 +21,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A prefix no other test (nor another run) uses.
 fn unique(case: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "cli-test:{case}:{:x}{:x}{n}:",
-        std::process::id(),
-        nanos & 0xffff_ffff
-    )
+    format!("cli-test:{case}:{}:", lease_testkit::unique(""))
 }
 
 fn command(url: &str, args: &[&str]) -> Command {

@@ -16,8 +16,13 @@
     reason = "test helpers outside #[test] functions fail loudly"
 )]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+/// A table of this test's own; the `lmc_` prefix lets the conformance
+/// suite's sweep drop it should this test die before dropping it.
+fn unique_table() -> String {
+    format!("{}_stepdown", lease_testkit::unique("lmc_"))
+}
 
 use lease_conformance::network;
 use lease_conformance::proxy::Proxy;
@@ -25,19 +30,6 @@ use lease_core::{CancellationToken, Leases};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
 use tokio::time::{Instant, sleep, timeout};
-
-/// A table of this test's own; the `lmc_` prefix lets the conformance
-/// suite's sweep drop it should this test die before dropping it.
-fn unique_table() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    format!(
-        "lmc_{:x}_{:x}_{n}_stepdown",
-        std::process::id(),
-        now.subsec_nanos()
-    )
-}
 
 /// A store connected to the server, one connected through a proxy (without
 /// the UNIX socket), both on one fresh table.

@@ -7,6 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use lease_testkit::chain;
+
 use lease_core::{LeaseStore, Leases, MAX_NAME_BYTES};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
@@ -345,16 +347,6 @@ const SECRET: &str = "s3cr3t-Pa55word";
 
 fn assert_no_secret(what: &str, text: &str) {
     assert!(!text.contains(SECRET), "{what} shows the password: {text}");
-}
-
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = format!("{err} / {err:?}");
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(&format!(" / {s} / {s:?}"));
-        source = s.source();
-    }
-    out
 }
 
 #[tokio::test]

@@ -14,23 +14,16 @@
     reason = "test helpers outside #[test] functions fail loudly"
 )]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+mod common;
+
+use common::unique_table;
 use lease_conformance::network;
 use lease_conformance::proxy::Proxy;
 use lease_core::{CancellationToken, Leases};
 use lease_postgres::PostgresStore;
 use tokio::time::{Instant, sleep, timeout};
-
-/// A table of this test's own; the `lpt_<secs>_` prefix lets the other
-/// tests' sweep drop it should this test die before dropping it.
-fn unique_table() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    format!("lpt_{}_{}_{n}_stepdown", now.as_secs(), std::process::id())
-}
 
 /// A store connected to the server, one connected through a proxy, both on
 /// one fresh table.

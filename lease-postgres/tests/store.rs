@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use lease_core::{CancellationToken, Finished, LeaseContext, LeaseStore, Leases, SlotClaim};
 use lease_postgres::tokio_postgres::config::Host;
 use lease_postgres::{PostgresError, PostgresStore, SslMode};
+use lease_testkit::chain;
 use rustls::RootCertStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -100,16 +101,6 @@ impl tracing::Subscriber for Recorder {
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = format!("{err} | {err:?}");
-    let mut source = err.source();
-    while let Some(e) = source {
-        let _ = write!(out, " | {e} | {e:?}");
-        source = e.source();
-    }
-    out
 }
 
 #[tokio::test]

@@ -1,7 +1,6 @@
 //! The scheduler's metrics (`lease_scheduler::metrics`), recorded on paused
 //! Tokio time against the in-memory store of the paused tests, with a
-//! recorder that keeps every value (the one of `lease_core::metrics`'s own
-//! tests, copied: it is not public there).
+//! recorder that keeps every value (the workspace's, from lease-testkit).
 
 #![allow(
     clippy::unwrap_used,
@@ -11,109 +10,17 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{T0, TestStore, secs};
 use lease_core::{CancellationToken, Leases};
 use lease_scheduler::metrics::names;
 use lease_scheduler::{Error, Job, JobResult, Round, Scheduler};
-use metrics::{
-    Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-};
+use lease_testkit::metrics::Recorded;
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
-
-#[derive(Default)]
-struct Samples(Mutex<Vec<f64>>);
-
-impl HistogramFn for Samples {
-    fn record(&self, value: f64) {
-        self.0.lock().unwrap().push(value);
-    }
-}
-
-/// Every counter, gauge and histogram recorded, by key.
-#[derive(Default, Clone)]
-struct Recorded {
-    counters: Arc<Mutex<HashMap<Key, Arc<AtomicU64>>>>,
-    gauges: Arc<Mutex<HashMap<Key, Arc<AtomicU64>>>>,
-    histograms: Arc<Mutex<HashMap<Key, Arc<Samples>>>>,
-}
-
-fn matches(key: &Key, name: &str, labels: &[(&str, &str)]) -> bool {
-    key.name() == name
-        && labels
-            .iter()
-            .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
-}
-
-impl Recorded {
-    /// The sum of the counters named `name` with these labels (and any others).
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        let counters = self.counters.lock().unwrap();
-        counters
-            .iter()
-            .filter(|(k, _)| matches(k, name, labels))
-            .map(|(_, v)| v.load(Ordering::SeqCst))
-            .sum()
-    }
-
-    /// The gauge named `name`.
-    fn gauge(&self, name: &str) -> Option<f64> {
-        let gauges = self.gauges.lock().unwrap();
-        gauges
-            .iter()
-            .find(|(k, _)| k.name() == name)
-            .map(|(_, v)| f64::from_bits(v.load(Ordering::SeqCst)))
-    }
-
-    /// The samples of the histogram named `name`.
-    fn histogram(&self, name: &str) -> Vec<f64> {
-        let histograms = self.histograms.lock().unwrap();
-        histograms
-            .iter()
-            .filter(|(k, _)| k.name() == name)
-            .flat_map(|(_, v)| v.0.lock().unwrap().clone())
-            .collect()
-    }
-
-    /// The label names every scheduler metric was recorded with.
-    fn label_names(&self) -> Vec<String> {
-        let counters = self.counters.lock().unwrap();
-        let mut names: Vec<String> = counters
-            .keys()
-            .filter(|k| k.name().starts_with("lease_scheduler_"))
-            .flat_map(|k| k.labels().map(|l| l.key().to_owned()).collect::<Vec<_>>())
-            .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-}
-
-impl Recorder for Recorded {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let mut counters = self.counters.lock().unwrap();
-        Counter::from_arc(counters.entry(key.clone()).or_default().clone())
-    }
-
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        let mut gauges = self.gauges.lock().unwrap();
-        Gauge::from_arc(gauges.entry(key.clone()).or_default().clone())
-    }
-
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        let mut histograms = self.histograms.lock().unwrap();
-        Histogram::from_arc(histograms.entry(key.clone()).or_default().clone())
-    }
-}
 
 const NAME: &str = "cron:tick";
 
@@ -188,7 +95,11 @@ async fn rounds_overruns_delays_and_sweeps_are_counted() {
     until(&store, 1_000).await;
     let running = start(scheduler);
     until(&store, 21_000).await;
-    assert_eq!(rec.gauge(names::RUNNING), Some(1.0), "tick's long round");
+    assert_eq!(
+        rec.gauge(names::RUNNING, &[]),
+        Some(1.0),
+        "tick's long round"
+    );
     until(&store, 45_000).await;
     running.stop().await.unwrap();
 
@@ -211,9 +122,9 @@ async fn rounds_overruns_delays_and_sweeps_are_counted() {
     assert!(durations.iter().any(|&d| d >= 25.0), "{durations:?}");
     // At 1 s as it starts, then every 15-16 s: 16-17 s and 31-34 s.
     assert!(rec.counter(names::SWEEPS, &[("outcome", "ok")]) >= 3);
-    assert_eq!(rec.gauge(names::RUNNING), Some(0.0));
+    assert_eq!(rec.gauge(names::RUNNING, &[]), Some(0.0));
     assert_eq!(
-        rec.label_names(),
+        rec.counter_label_keys("lease_scheduler_"),
         ["outcome", "round"],
         "never the job's name"
     );

@@ -25,9 +25,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use history::{Outcome, Rec, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
@@ -59,15 +58,7 @@ fn timings() -> Timings {
 }
 
 fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    format!(
-        "{prefix}{}_{}_{}_{:x}",
-        now.as_secs(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-        now.subsec_nanos() & 0xffff
-    )
+    lease_testkit::unique(prefix)
 }
 
 /// The store a URL names, on `table`.

@@ -28,9 +28,9 @@
 
 mod history;
 
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use history::{JOBS, Outcome, Rec, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
@@ -51,15 +51,7 @@ fn timings() -> Timings {
 
 /// A name no other test, process or run uses.
 fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    format!(
-        "{prefix}{}_{}_{}_{:x}",
-        now.as_secs(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-        now.subsec_nanos() & 0xffff
-    )
+    lease_testkit::unique(prefix)
 }
 
 #[derive(Default)]

@@ -7,9 +7,6 @@
     missing_docs
 )]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, Pool};
@@ -172,14 +169,7 @@ pub async fn proxied_store(
 /// A name of this test's own; the `lmc_` prefix lets the conformance
 /// suite's sweep drop a table should this test die before dropping it.
 pub fn unique(kind: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    format!(
-        "lmc_{:x}_{:x}_{n}_{kind}",
-        std::process::id(),
-        now.subsec_nanos()
-    )
+    format!("{}_{kind}", lease_testkit::unique("lmc_"))
 }
 
 /// A pool of the test's own, as the server's administrator (`url`'s user).

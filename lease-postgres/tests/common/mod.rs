@@ -2,8 +2,7 @@
 //! their clean-up.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lease_postgres::PostgresStore;
 
@@ -33,15 +32,7 @@ pub fn with_param(url: &str, param: &str) -> String {
 /// A table name no other test, process or run uses; its creation time is in
 /// the name, so that a later run can drop it once stale.
 pub fn unique_table() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    format!(
-        "{PREFIX}{}_{}_{n}_{:x}",
-        now.as_secs(),
-        std::process::id(),
-        now.subsec_nanos() & 0xffff
-    )
+    lease_testkit::unique(PREFIX)
 }
 
 /// A store on a fresh table (not created yet), with `sslmode=disable`
@@ -88,16 +79,9 @@ pub async fn sweep(store: &PostgresStore) {
                 )
                 .await
                 .unwrap();
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
             for row in rows {
                 let table: String = row.get(0);
-                let created = table
-                    .strip_prefix(PREFIX)
-                    .and_then(|rest| rest.split('_').next())
-                    .and_then(|secs| secs.parse::<u64>().ok());
-                if created
-                    .is_some_and(|secs| now.as_secs().saturating_sub(secs) > STALE_AFTER.as_secs())
-                {
+                if lease_testkit::is_stale(&table, PREFIX, STALE_AFTER) {
                     // The name matched the prefix and came from the catalog;
                     // quoted all the same.
                     let _ = client
