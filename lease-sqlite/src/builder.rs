@@ -194,7 +194,7 @@ impl SqliteStoreBuilder {
             }
         }
         Ok(SqliteStore::from_inner(Inner {
-            queue: std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+            queue: crate::bridge::spawn_connection_thread().map_err(SqliteError::Thread)?,
             interrupt: conn.get_interrupt_handle(),
             conn: Mutex::new(conn),
             sql: Statements::new(table),

@@ -69,6 +69,11 @@ pub enum SqliteError {
         mode: String,
     },
 
+    /// The thread that runs the store's calls on its connection could not
+    /// be started.
+    #[error("cannot start the SQLite store's connection thread")]
+    Thread(#[source] std::io::Error),
+
     /// A statement failed.
     #[error("an SQLite statement failed")]
     Database(#[from] rusqlite::Error),

@@ -53,8 +53,9 @@ pub struct SqliteStore {
 }
 
 pub(crate) struct Inner {
-    /// The calls' queue for the connection: see the bridge.
-    pub(crate) queue: Arc<tokio::sync::Semaphore>,
+    /// The calls' queue for the connection, served by the store's
+    /// connection thread: see the bridge.
+    pub(crate) queue: std::sync::mpsc::Sender<crate::bridge::Job>,
     pub(crate) conn: Mutex<Connection>,
     /// Interrupts the statement running on `conn`: only ever used while a
     /// guarded transaction holds it (see [`TxControl`]).

@@ -123,22 +123,10 @@ impl SqliteStore {
             control: Arc::clone(&control),
             inner: Arc::clone(&self.inner),
         };
-        // The transaction waits its turn for the connection in the store's
-        // queue, like every call; the context ending meanwhile refuses it.
-        let turn = tokio::select! {
-            biased;
-            () = ctx.cancelled() => return Err(GuardError::ended(ctx)),
-            turn = self.turn() => turn.map_err(|e| {
-                GuardError::database(ctx.handle().name(), lease_core::DbErrorKind::Unclassified, e)
-            })?,
-        };
         let inner = Arc::clone(&self.inner);
         let task = {
             let (ctx, control) = (ctx.clone(), Arc::clone(&control));
-            tokio::task::spawn_blocking(move || {
-                let _turn = turn;
-                guarded(&inner, &ctx, &control, work)
-            })
+            tokio::task::spawn_blocking(move || guarded(&inner, &ctx, &control, work))
         };
         tokio::pin!(task);
         let joined = tokio::select! {
