@@ -16,8 +16,9 @@ use crate::sql::{
 
 /// A [`LeaseStore`] on an SQLite database: a file, or memory.
 ///
-/// The store owns **one** connection, used off the async runtime (every call
-/// runs on tokio's blocking pool and takes the connection in turn). Several
+/// The store owns **one** connection, used off the async runtime: calls
+/// queue for it first come, first served, and a thread of the store's own
+/// runs them back to back. Several
 /// stores, in one process or in many, can share a file: each statement that
 /// writes takes SQLite's write lock, waiting up to the
 /// [busy timeout](SqliteStoreBuilder::with_busy_timeout) for it, and the instant
