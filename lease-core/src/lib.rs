@@ -15,6 +15,7 @@ pub mod metrics;
 mod name;
 mod run;
 mod store;
+mod table;
 mod time;
 mod timings;
 mod token;
@@ -41,6 +42,7 @@ pub use run::{ABORT_WAIT, run};
 pub use store::{
     Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow, term_from_db,
 };
+pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
 pub use timings::{Timings, TimingsBuilder};
 pub use token::instance_id;

@@ -9,7 +9,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, SslOpts};
 
 use crate::error::MySqlError;
-use crate::schema::{self, DEFAULT_TABLE, Found, TableName};
+use lease_core::TableName;
+
+use crate::schema::{self, DEFAULT_TABLE, Found};
 use crate::sql;
 use crate::store::MySqlStore;
 
@@ -320,7 +322,7 @@ impl MySqlStoreBuilder {
     /// [`MySqlError::InvalidSetting`] for pool constraints or a lock-wait
     /// bound that cannot be used.
     pub fn build(self) -> Result<MySqlStore, MySqlError> {
-        let table = TableName::parse(&self.table)?;
+        let table = schema::table_name(&self.table)?;
         let opts = match self.source {
             Source::Pool(pool) => {
                 return Ok(MySqlStore::assemble(
@@ -496,7 +498,7 @@ impl MySqlStore {
     pub fn from_pool(pool: Pool) -> MySqlStore {
         MySqlStore::assemble(
             pool,
-            TableName::default_table(),
+            schema::default_table(),
             "(caller's pool)".to_owned(),
             false,
             None,

@@ -1,9 +1,9 @@
 //! The lease table: its DDL, and the validated, quoted table name.
 
-use std::fmt;
-
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, params};
+
+use lease_core::{TableName, TableRules};
 
 use crate::error::MySqlError;
 use crate::store::MySqlStore;
@@ -136,100 +136,31 @@ pub(crate) async fn inspect(
     Ok(Found::Usable)
 }
 
-/// The longest identifier MySQL and MariaDB accept.
-const MAX_IDENT: usize = 64;
+/// What MySQL and MariaDB accept as the lease table: `table` or
+/// `schema.table`, each part 1 to 64 ASCII letters, digits, `_` or `$`, not
+/// all digits, quoted with backticks.
+pub(crate) const TABLE_RULES: TableRules = TableRules {
+    schema: true,
+    max_bytes: 64,
+    dollar: true,
+    leading_digit: true,
+    reserved_prefix: None,
+    quote: '`',
+};
 
-/// A validated table name, `table` or `schema.table`, each part quoted with
-/// backticks.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct TableName {
-    schema: Option<String>,
-    table: String,
-    quoted: String,
+/// Validates `name` as the lease table.
+pub(crate) fn table_name(name: &str) -> Result<TableName, MySqlError> {
+    TableName::parse(name, &TABLE_RULES).map_err(|e| MySqlError::InvalidTableName {
+        name: e.name,
+        reason: e.reason,
+    })
 }
 
-impl fmt::Debug for TableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.quoted)
-    }
-}
-
-impl fmt::Display for TableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.quoted)
-    }
-}
-
-impl TableName {
-    /// Validates `name`: one or two dot-separated parts of 1 to 64 ASCII
-    /// letters, digits, `_` or `$`, not all digits.
-    pub(crate) fn parse(name: &str) -> Result<Self, MySqlError> {
-        let invalid = |reason: &'static str| MySqlError::InvalidTableName {
-            name: name.to_owned(),
-            reason,
-        };
-        let mut parts = name.split('.');
-        let first = parts.next().unwrap_or_default();
-        let second = parts.next();
-        if parts.next().is_some() {
-            return Err(invalid("at most one dot, between schema and table"));
-        }
-        for part in std::iter::once(first).chain(second) {
-            if part.is_empty() {
-                return Err(invalid("an empty identifier"));
-            }
-            if part.len() > MAX_IDENT {
-                return Err(invalid("an identifier is longer than 64 characters"));
-            }
-            if !part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$')
-            {
-                return Err(invalid(
-                    "only ASCII letters, digits, '_' and '$' are allowed in an identifier",
-                ));
-            }
-            if part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(invalid("an identifier cannot be only digits"));
-            }
-        }
-        let (schema, table) = match second {
-            Some(table) => (Some(first.to_owned()), table.to_owned()),
-            None => (None, first.to_owned()),
-        };
-        let quoted = match &schema {
-            Some(s) => format!("`{s}`.`{table}`"),
-            None => format!("`{table}`"),
-        };
-        Ok(TableName {
-            schema,
-            table,
-            quoted,
-        })
-    }
-
-    /// The default table, `gst_leases`.
-    pub(crate) fn default_table() -> Self {
-        TableName {
-            schema: None,
-            table: DEFAULT_TABLE.to_owned(),
-            quoted: format!("`{DEFAULT_TABLE}`"),
-        }
-    }
-
-    /// The quoted name, as the statements use it.
-    pub(crate) fn quoted(&self) -> &str {
-        &self.quoted
-    }
-
-    /// The schema part, if given.
-    pub(crate) fn schema(&self) -> Option<&str> {
-        self.schema.as_deref()
-    }
-
-    /// The table part.
-    pub(crate) fn table(&self) -> &str {
-        &self.table
+/// The default table, `gst_leases`.
+pub(crate) fn default_table() -> TableName {
+    match table_name(DEFAULT_TABLE) {
+        Ok(table) => table,
+        Err(_) => unreachable!("the default table name is a plain identifier"),
     }
 }
 
@@ -283,11 +214,8 @@ mod tests {
 
     #[test]
     fn plain_and_qualified_names_are_quoted() {
-        assert_eq!(
-            TableName::parse("gst_leases").unwrap().quoted(),
-            "`gst_leases`"
-        );
-        let t = TableName::parse("app.leases$1").unwrap();
+        assert_eq!(table_name("gst_leases").unwrap().quoted(), "`gst_leases`");
+        let t = table_name("app.leases$1").unwrap();
         assert_eq!(t.quoted(), "`app`.`leases$1`");
         assert_eq!(t.schema(), Some("app"));
         assert_eq!(t.table(), "leases$1");
@@ -307,12 +235,12 @@ mod tests {
             "é",
             &"x".repeat(65),
         ] {
-            let err = TableName::parse(bad).unwrap_err();
+            let err = table_name(bad).unwrap_err();
             assert!(
                 matches!(err, MySqlError::InvalidTableName { .. }),
                 "{bad:?}: {err:?}"
             );
         }
-        assert!(TableName::parse(&"x".repeat(64)).is_ok());
+        assert!(table_name(&"x".repeat(64)).is_ok());
     }
 }

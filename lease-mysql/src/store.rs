@@ -9,8 +9,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value, params};
 
 use crate::builder::MySqlPool;
-use crate::schema::TableName;
 use crate::sql::{self, Statements, claim_on};
+use lease_core::TableName;
 
 /// The most names one search for unfinished instants binds; more are
 /// searched in several statements.

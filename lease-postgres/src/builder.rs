@@ -11,7 +11,7 @@ use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::PostgresError;
-use crate::sql::{DEFAULT_TABLE, StatementMode, Statements, Table};
+use crate::sql::{self, DEFAULT_TABLE, StatementMode, Statements};
 use crate::store::PostgresStore;
 use crate::tls::{self, CancelTls, SslMode};
 
@@ -258,7 +258,7 @@ impl PostgresStoreBuilder {
     /// [`PostgresError::Pool`] when the TLS configuration or the pool cannot
     /// be built.
     pub fn build(self) -> Result<PostgresStore, PostgresError> {
-        let sql = Statements::new(Table::new(&self.table)?);
+        let sql = Statements::new(sql::table(&self.table)?);
         let url = match self.source {
             Source::Pool(pool) => {
                 return Ok(PostgresStore::assemble(
@@ -408,7 +408,7 @@ impl PostgresStore {
     /// `gst_leases`. See [`PostgresStoreBuilder::from_pool`] for another
     /// table, and for the `statement_timeout` such a pool should set.
     pub fn from_pool(pool: Pool) -> Self {
-        let sql = Statements::new(Table::default_table());
+        let sql = Statements::new(sql::default_table());
         Self::assemble(
             pool,
             sql,

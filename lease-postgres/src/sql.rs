@@ -2,7 +2,7 @@
 //!
 //! Every value is a bound parameter (`$1`, `$2`, ...), cast to its type so
 //! that a statement prepares the same way whatever the client binds. The one
-//! formatted thing is the table name, validated by [`Table::new`] and quoted.
+//! formatted thing is the table name, validated by [`table`] and quoted.
 //!
 //! # The clock
 //!
@@ -48,7 +48,7 @@ use std::fmt;
 use bytes::BytesMut;
 use deadpool_postgres::Object;
 use futures_util::StreamExt;
-use lease_core::BoxError;
+use lease_core::{BoxError, TableName, TableRules};
 use tokio_postgres::Row;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 
@@ -58,76 +58,38 @@ use crate::store::PostgresStore;
 /// The table the specification names, used unless the builder says otherwise.
 pub const DEFAULT_TABLE: &str = "gst_leases";
 
-/// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`), in bytes.
-const MAX_IDENTIFIER_BYTES: usize = 63;
-
 /// The database's clock in whole UTC milliseconds, rounded down.
 pub(crate) const CLOCK_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
-/// A validated lease table name: `table` or `schema.table`, each part ASCII
-/// letters, digits and underscores, not starting with a digit, at most 63
-/// bytes. Quoted in SQL, so case is kept (`Leases` and `leases` are two
-/// tables).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Table {
-    name: String,
-    quoted: String,
+/// What PostgreSQL accepts as the lease table: `table` or `schema.table`,
+/// each part ASCII letters, digits and underscores, not starting with a
+/// digit, at most 63 bytes (`NAMEDATALEN - 1`). Quoted in SQL, so case is
+/// kept (`Leases` and `leases` are two tables).
+pub(crate) const TABLE_RULES: TableRules = TableRules {
+    schema: true,
+    max_bytes: 63,
+    dollar: false,
+    leading_digit: false,
+    reserved_prefix: None,
+    quote: '"',
+};
+
+/// The lease table, validated under [`TABLE_RULES`].
+pub(crate) type Table = TableName;
+
+/// Validates `name` as the lease table.
+pub(crate) fn table(name: &str) -> Result<Table, PostgresError> {
+    TableName::parse(name, &TABLE_RULES).map_err(|e| PostgresError::InvalidTable {
+        table: e.name,
+        reason: e.reason,
+    })
 }
 
-impl Table {
-    /// Validates `name` and quotes it.
-    pub(crate) fn new(name: &str) -> Result<Self, PostgresError> {
-        let invalid = |reason| PostgresError::InvalidTable {
-            table: name.to_owned(),
-            reason,
-        };
-        let parts: Vec<&str> = name.split('.').collect();
-        if parts.len() > 2 {
-            return Err(invalid("at most one dot, between a schema and a table"));
-        }
-        for part in &parts {
-            if part.is_empty() {
-                return Err(invalid("a schema or table name is empty"));
-            }
-            if part.len() > MAX_IDENTIFIER_BYTES {
-                return Err(invalid("a schema or table name is longer than 63 bytes"));
-            }
-            if part.as_bytes()[0].is_ascii_digit() {
-                return Err(invalid("a schema or table name starts with a digit"));
-            }
-            if !part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                return Err(invalid(
-                    "only ASCII letters, digits and underscores are allowed",
-                ));
-            }
-        }
-        let quoted = parts
-            .iter()
-            .map(|part| format!("\"{part}\""))
-            .collect::<Vec<_>>()
-            .join(".");
-        Ok(Table {
-            name: name.to_owned(),
-            quoted,
-        })
-    }
-
-    /// [`DEFAULT_TABLE`], valid by construction.
-    pub(crate) fn default_table() -> Self {
-        Table {
-            name: DEFAULT_TABLE.to_owned(),
-            quoted: format!("\"{DEFAULT_TABLE}\""),
-        }
-    }
-
-    /// The name as given.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The name quoted for SQL.
-    pub(crate) fn quoted(&self) -> &str {
-        &self.quoted
+/// [`DEFAULT_TABLE`], valid under every rule.
+pub(crate) fn default_table() -> Table {
+    match table(DEFAULT_TABLE) {
+        Ok(table) => table,
+        Err(_) => unreachable!("the default table name is a plain identifier"),
     }
 }
 
@@ -575,9 +537,9 @@ mod tests {
 
     #[test]
     fn table_names_are_validated_and_quoted() {
-        assert_eq!(Table::new("gst_leases").unwrap().quoted(), "\"gst_leases\"");
+        assert_eq!(table("gst_leases").unwrap().quoted(), "\"gst_leases\"");
         assert_eq!(
-            Table::new("app.Leases_2").unwrap().quoted(),
+            table("app.Leases_2").unwrap().quoted(),
             "\"app\".\"Leases_2\""
         );
         for bad in [
@@ -592,15 +554,15 @@ mod tests {
             "é",
             &"x".repeat(64),
         ] {
-            assert!(Table::new(bad).is_err(), "{bad:?} accepted");
+            assert!(table(bad).is_err(), "{bad:?} accepted");
         }
-        assert!(Table::new(&"x".repeat(63)).is_ok());
-        assert_eq!(Table::default_table(), Table::new(DEFAULT_TABLE).unwrap());
+        assert!(table(&"x".repeat(63)).is_ok());
+        assert_eq!(default_table(), table(DEFAULT_TABLE).unwrap());
     }
 
     #[test]
     fn statements_name_only_the_quoted_table() {
-        let s = Statements::new(Table::new("my_t").unwrap());
+        let s = Statements::new(table("my_t").unwrap());
         for stmt in [
             &s.claim,
             &s.renew,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use crate::error::SqliteError;
-use crate::sql::{self, DEFAULT_TABLE, Statements, Table};
+use crate::sql::{self, DEFAULT_TABLE, Statements};
 use crate::store::{Inner, SqliteStore};
 
 /// The URL schemes this backend opens: `sqlite://path`, `sqlite:path`,
@@ -155,7 +155,7 @@ impl SqliteStoreBuilder {
     /// configure the database; [`SqliteError::WalUnavailable`] when a file
     /// cannot be switched to WAL.
     pub fn build(self) -> Result<SqliteStore, SqliteError> {
-        let table = Table::new(&self.table)?;
+        let table = sql::table(&self.table)?;
         let (conn, path) = match self.database {
             Database::File(path) => {
                 create_private(&path);

@@ -2,24 +2,20 @@
 //!
 //! Each statement is a function of the quoted table name only (or a `const`):
 //! everything else is a bound parameter. The table name itself is validated
-//! by [`Table::new`] (ASCII letters, digits and underscores) before it is
+//! by [`table`] (ASCII letters, digits and underscores) before it is
 //! quoted, so nothing a caller passes at run time is ever formatted into SQL.
 //!
 //! The clock is SQLite's, read in the statement itself ([`NOW`]). SQLite
 //! reads `'now'` once per statement step, so every mention of [`NOW`] in a
 //! statement sees the same instant.
 
-use lease_core::{LeaseInfo, SlotClaim, SlotRecord, UnfinishedRow};
+use lease_core::{LeaseInfo, SlotClaim, SlotRecord, TableName, TableRules, UnfinishedRow};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
 
 use crate::error::SqliteError;
 
 /// The lease table unless the builder names another: the specification's.
 pub const DEFAULT_TABLE: &str = "gst_leases";
-
-/// The longest table name accepted, in bytes (PostgreSQL's limit, so one name
-/// works on every backend).
-pub(crate) const MAX_TABLE_BYTES: usize = 63;
 
 /// SQLite's clock in whole UTC milliseconds since the UNIX epoch.
 ///
@@ -40,57 +36,28 @@ pub(crate) const SYNCHRONOUS_FULL: &str = "PRAGMA synchronous = FULL";
 /// Commits synced at checkpoints only: see `Synchronous::Normal`.
 pub(crate) const SYNCHRONOUS_NORMAL: &str = "PRAGMA synchronous = NORMAL";
 
-/// A validated table name, with its quoted form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Table {
-    name: String,
-    quoted: String,
-}
+/// What SQLite accepts as the lease table: a plain identifier, ASCII
+/// letters, digits and underscores, not starting with a digit, at most 63
+/// bytes (PostgreSQL's limit, so one name works on every backend), outside
+/// SQLite's reserved `sqlite_` namespace; no schema.
+pub(crate) const TABLE_RULES: TableRules = TableRules {
+    schema: false,
+    max_bytes: 63,
+    dollar: false,
+    leading_digit: false,
+    reserved_prefix: Some("sqlite_"),
+    quote: '"',
+};
 
-impl Table {
-    /// Accepts `name` if it is a plain identifier: ASCII letters, digits and
-    /// underscores, not starting with a digit, at most 63 bytes, and not in
-    /// SQLite's reserved `sqlite_` namespace.
-    pub(crate) fn new(name: &str) -> Result<Self, SqliteError> {
-        let refuse = |reason| {
-            Err(SqliteError::InvalidTable {
-                table: name.to_owned(),
-                reason,
-            })
-        };
-        let Some(first) = name.bytes().next() else {
-            return refuse("the name is empty");
-        };
-        if name.len() > MAX_TABLE_BYTES {
-            return refuse("the name is longer than 63 bytes");
-        }
-        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return refuse("only ASCII letters, digits and underscores are allowed");
-        }
-        if first.is_ascii_digit() {
-            return refuse("the name starts with a digit");
-        }
-        if name
-            .get(..7)
-            .is_some_and(|p| p.eq_ignore_ascii_case("sqlite_"))
-        {
-            return refuse("names starting with sqlite_ are reserved by SQLite");
-        }
-        Ok(Table {
-            name: name.to_owned(),
-            quoted: format!("\"{name}\""),
-        })
-    }
+/// The lease table, validated under [`TABLE_RULES`].
+pub(crate) type Table = TableName;
 
-    /// The name as given.
-    pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The name quoted as an SQL identifier.
-    pub(crate) fn quoted(&self) -> &str {
-        &self.quoted
-    }
+/// Validates `name` as the lease table.
+pub(crate) fn table(name: &str) -> Result<Table, SqliteError> {
+    TableName::parse(name, &TABLE_RULES).map_err(|e| SqliteError::InvalidTable {
+        table: e.name,
+        reason: e.reason,
+    })
 }
 
 /// The statements of one table, formatted once when the store opens.
@@ -457,13 +424,13 @@ mod tests {
     use super::*;
 
     fn refused(name: &str) -> bool {
-        matches!(Table::new(name), Err(SqliteError::InvalidTable { .. }))
+        matches!(table(name), Err(SqliteError::InvalidTable { .. }))
     }
 
     #[test]
     fn plain_identifiers_are_accepted_and_quoted() {
         for name in ["gst_leases", "_x", "Leases2", "a", &"x".repeat(63)] {
-            let table = Table::new(name).expect(name);
+            let table = table(name).expect(name);
             assert_eq!(table.name(), name);
             assert_eq!(table.quoted(), format!("\"{name}\""));
         }
@@ -490,10 +457,10 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_table_and_the_reason() {
-        let err = Table::new("9lives").unwrap_err();
+        let err = table("9lives").unwrap_err();
         assert_eq!(
             err.to_string(),
-            r#"invalid lease table name "9lives": the name starts with a digit"#
+            r#"invalid lease table name "9lives": a schema or table name starts with a digit"#
         );
     }
 
