@@ -14,29 +14,35 @@
 //! A failed assertion panics with a message that says what the backend got
 //! wrong, as the cases of the suite do.
 //!
-//! A backend configured by URL gets both scenarios in a few lines:
+//! A backend configured by URL gets every scenario as a test of its own
+//! with [`network_tests!`](crate::network_tests): implement
+//! [`NetworkStores`] for a set-up of the two stores and the proxy, and name
+//! an async function that builds it for a [`Scenario`]:
 //!
 //! ```ignore
-//! use lease_conformance::network;
+//! use lease_conformance::network::{self, NetworkStores, Scenario};
+//! use lease_conformance::proxy::Proxy;
 //! use lease_core::Leases;
 //!
-//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-//! async fn holder_steps_down_well_before_the_database_frees_the_name() {
-//!     let Some(url) = lease_conformance::env_url("MY_DB_URL") else { return };
-//!     let table = unique_table();
-//!     let direct = MyStore::connect(&url).await.unwrap().with_table(&table);
-//!     let (proxy, proxied_url) = network::proxy_for_url(&url, 5555).await.unwrap();
-//!     let proxied = MyStore::connect(&proxied_url).await.unwrap().with_table(&table);
-//!     network::steps_down_before_the_name_is_free(
-//!         "MyDB",
-//!         Leases::new(proxied),
-//!         Leases::new(direct.clone()),
-//!         &proxy,
-//!     )
-//!     .await;
-//!     proxy.shutdown().await;
-//!     // ... drop `table` through `direct` ...
+//! struct Stores { direct: MyStore, proxied: MyStore, proxy: Proxy, table: String }
+//!
+//! #[async_trait::async_trait]
+//! impl NetworkStores for Stores {
+//!     fn proxied(&self) -> Leases { Leases::new(self.proxied.clone()) }
+//!     fn direct(&self) -> Leases { Leases::new(self.direct.clone()) }
+//!     fn proxy(&self) -> &Proxy { &self.proxy }
+//!     async fn close(self) { self.proxy.shutdown().await; /* drop the table */ }
 //! }
+//!
+//! async fn connect(url: &str, _scenario: Scenario) -> Stores {
+//!     let table = unique_table();
+//!     let direct = MyStore::connect(url).await.unwrap().with_table(&table);
+//!     let (proxy, proxied_url) = network::proxy_for_url(url, 5555).await.unwrap();
+//!     let proxied = MyStore::connect(&proxied_url).await.unwrap().with_table(&table);
+//!     Stores { direct, proxied, proxy, table }
+//! }
+//!
+//! lease_conformance::network_tests!(backend: "MyDB", url: "MY_DB_URL", connect: connect);
 //! ```
 //!
 //! A driver that prefers a UNIX socket (mysql_async does by default) bypasses
@@ -55,6 +61,99 @@ use tokio::time::{Instant, sleep, timeout};
 
 use crate::cases::{claimed, db_now, ok};
 use crate::proxy::Proxy;
+
+/// The scenario a backend's set-up is for, so that it can differ (a pool
+/// that keeps its connections for [`LateRenewals`](Scenario::LateRenewals),
+/// say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// [`steps_down_before_the_name_is_free`].
+    StepDown,
+    /// [`late_renewals_do_not_outlive_a_step_down`].
+    LateRenewals,
+    /// [`connections_cut_under_the_holder_cost_it_nothing`].
+    ConnectionsCut,
+}
+
+/// A backend's stores for the network scenarios: one whose connections go
+/// through a [`Proxy`], one straight to the server, on one table.
+#[async_trait::async_trait]
+pub trait NetworkStores: Send + Sized {
+    /// A coordinator on the store whose connections go through the proxy.
+    fn proxied(&self) -> Leases;
+    /// A coordinator on the store connected to the server itself.
+    fn direct(&self) -> Leases;
+    /// The proxy between the proxied store and the server.
+    fn proxy(&self) -> &Proxy;
+    /// Shuts the proxy down and drops the table.
+    async fn close(self);
+}
+
+/// The network scenarios as tests, one `#[tokio::test]` each, for a backend
+/// that implements [`NetworkStores`]: `connect` is an async function
+/// `(url: &str, scenario: Scenario) -> impl NetworkStores`, `url` the
+/// environment variable that names the server (see [`env_url`](crate::env_url)).
+///
+/// ```ignore
+/// lease_conformance::network_tests!(backend: "MyDB", url: "MY_DB_URL", connect: connect);
+/// ```
+#[macro_export]
+macro_rules! network_tests {
+    (backend: $backend:expr, url: $env:expr, connect: $connect:path $(,)?) => {
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn holder_steps_down_well_before_the_database_frees_the_name() {
+            use $crate::network::NetworkStores as _;
+            let Some(url) = $crate::env_url($env) else {
+                return;
+            };
+            let stores = $connect(&url, $crate::network::Scenario::StepDown).await;
+            let _ = $crate::network::steps_down_before_the_name_is_free(
+                $backend,
+                stores.proxied(),
+                stores.direct(),
+                stores.proxy(),
+            )
+            .await;
+            stores.close().await;
+        }
+
+        /// Renewals the holder abandoned, held back by the stalled path,
+        /// must not renew the lease for nobody once it heals.
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn late_renewals_do_not_outlive_a_step_down() {
+            use $crate::network::NetworkStores as _;
+            let Some(url) = $crate::env_url($env) else {
+                return;
+            };
+            let stores = $connect(&url, $crate::network::Scenario::LateRenewals).await;
+            let _ = $crate::network::late_renewals_do_not_outlive_a_step_down(
+                $backend,
+                stores.proxied(),
+                stores.direct(),
+                stores.proxy(),
+            )
+            .await;
+            stores.close().await;
+        }
+
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn connections_cut_under_the_holder_cost_it_nothing() {
+            use $crate::network::NetworkStores as _;
+            let Some(url) = $crate::env_url($env) else {
+                return;
+            };
+            let stores = $connect(&url, $crate::network::Scenario::ConnectionsCut).await;
+            $crate::network::connections_cut_under_the_holder_cost_it_nothing(
+                stores.proxied(),
+                stores.direct(),
+                stores.proxy(),
+            )
+            .await;
+            stores.close().await;
+        }
+    };
+}
 
 /// How long the step-down scenario waits between two of a rival's claims
 /// while it waits for the database to free the name: the margin it reports

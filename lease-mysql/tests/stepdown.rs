@@ -93,57 +93,38 @@ impl Stores {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holder_steps_down_well_before_the_database_frees_the_name() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
-        return;
-    };
-    let stores = Stores::connect(&url).await;
-    let _ = network::steps_down_before_the_name_is_free(
-        "MySQL/MariaDB",
-        Leases::new(stores.proxied.clone()),
-        Leases::new(stores.direct.clone()),
-        &stores.proxy,
-    )
-    .await;
-    stores.close().await;
-}
-
-/// Issue 16, item 1: renewals the holder abandoned, held back by the
-/// stalled path, renewed the lease for nobody once it healed. The proxied
+/// The stores for one network scenario. For the late renewals, the proxied
 /// pool keeps its connections, as a production pool does (mysql_async's
 /// default keeps 10): a renewal sent on a new connection would stall in the
 /// handshake, before its statement left.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_renewals_do_not_outlive_a_step_down() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
-        return;
-    };
-    let stores = Stores::connect_keeping(&url, 2).await;
-    let _ = network::late_renewals_do_not_outlive_a_step_down(
-        "MySQL/MariaDB",
-        Leases::new(stores.proxied.clone()),
-        Leases::new(stores.direct.clone()),
-        &stores.proxy,
-    )
-    .await;
-    stores.close().await;
+async fn connect(url: &str, scenario: network::Scenario) -> Stores {
+    match scenario {
+        network::Scenario::LateRenewals => Stores::connect_keeping(url, 2).await,
+        _ => Stores::connect(url).await,
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_cut_under_the_holder_cost_it_nothing() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
-        return;
-    };
-    let stores = Stores::connect(&url).await;
-    network::connections_cut_under_the_holder_cost_it_nothing(
-        Leases::new(stores.proxied.clone()),
-        Leases::new(stores.direct.clone()),
-        &stores.proxy,
-    )
-    .await;
-    stores.close().await;
+#[async_trait::async_trait]
+impl network::NetworkStores for Stores {
+    fn proxied(&self) -> Leases {
+        Leases::new(self.proxied.clone())
+    }
+    fn direct(&self) -> Leases {
+        Leases::new(self.direct.clone())
+    }
+    fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+    async fn close(self) {
+        Stores::close(self).await;
+    }
 }
+
+lease_conformance::network_tests!(
+    backend: "MySQL/MariaDB",
+    url: "LEASE_TEST_MYSQL_URL",
+    connect: connect,
+);
 
 /// Issue 16, item 7: a holder frozen inside a guarded transaction (here cut
 /// off by the paused proxy: nothing of it reaches the server) kept its

@@ -5,7 +5,8 @@
 //!
 //! `LEASE_TEST_FAKETIME_PG_URL` names the server and `LEASE_TEST_FAKETIME_FILE`
 //! the offset file; unset, the tests skip with a note, except under
-//! `CI=true`, where that is a failure.
+//! `CI=true`, where that is a failure. The tests take turns with the
+//! server's clock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod common;
@@ -14,6 +15,9 @@ use std::time::Duration;
 
 use lease_core::{CancellationToken, EndCause, Leases, LostCause, Timings};
 use tokio::time::Instant;
+
+/// The tests share the server's clock: one at a time.
+static CLOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The server and its offset file, or `None` (skipped).
 fn faketime() -> Option<(String, String)> {
@@ -113,6 +117,7 @@ async fn a_forward_step_of_the_database_clock_makes_the_holder_step_down_before_
     let Some((url, file)) = faketime() else {
         return;
     };
+    let _clock = CLOCK.lock().await;
     for i in 0..5 {
         let t = trial(&url, &file, 2, Duration::from_secs(6)).await;
         println!("forward step of 2 s, trial {i}: {t:?}");
@@ -147,6 +152,7 @@ async fn a_backward_step_of_the_database_clock_keeps_the_lease() {
     let Some((url, file)) = faketime() else {
         return;
     };
+    let _clock = CLOCK.lock().await;
     let t = trial(&url, &file, -5, Duration::from_secs(2)).await;
     println!("backward step of 5 s: {t:?}");
     assert!(t.stepped_down.is_none(), "{t:?}");
@@ -163,6 +169,7 @@ async fn a_forward_step_past_lease_minus_renew_is_seen_at_the_next_renewal() {
     let Some((url, file)) = faketime() else {
         return;
     };
+    let _clock = CLOCK.lock().await;
     for i in 0..3 {
         let t = trial(&url, &file, 4, Duration::from_secs(3)).await;
         println!("forward step of 4 s, trial {i}: {t:?}");

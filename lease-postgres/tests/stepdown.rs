@@ -70,54 +70,32 @@ impl Stores {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holder_steps_down_well_before_the_database_frees_the_name() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
-        return;
-    };
-    let stores = Stores::connect(&url).await;
-    let _ = network::steps_down_before_the_name_is_free(
-        "PostgreSQL",
-        Leases::new(stores.proxied.clone()),
-        Leases::new(stores.direct.clone()),
-        &stores.proxy,
-    )
-    .await;
-    stores.close().await;
+/// The stores for one network scenario (the same for each on PostgreSQL).
+async fn connect(url: &str, _scenario: network::Scenario) -> Stores {
+    Stores::connect(url).await
 }
 
-/// Issue 16, item 1: renewals the holder abandoned, held back by the
-/// stalled path, renewed the lease for nobody once it healed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_renewals_do_not_outlive_a_step_down() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
-        return;
-    };
-    let stores = Stores::connect(&url).await;
-    let _ = network::late_renewals_do_not_outlive_a_step_down(
-        "PostgreSQL",
-        Leases::new(stores.proxied.clone()),
-        Leases::new(stores.direct.clone()),
-        &stores.proxy,
-    )
-    .await;
-    stores.close().await;
+#[async_trait::async_trait]
+impl network::NetworkStores for Stores {
+    fn proxied(&self) -> Leases {
+        Leases::new(self.proxied.clone())
+    }
+    fn direct(&self) -> Leases {
+        Leases::new(self.direct.clone())
+    }
+    fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+    async fn close(self) {
+        Stores::close(self).await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_cut_under_the_holder_cost_it_nothing() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
-        return;
-    };
-    let stores = Stores::connect(&url).await;
-    network::connections_cut_under_the_holder_cost_it_nothing(
-        Leases::new(stores.proxied.clone()),
-        Leases::new(stores.direct.clone()),
-        &stores.proxy,
-    )
-    .await;
-    stores.close().await;
-}
+lease_conformance::network_tests!(
+    backend: "PostgreSQL",
+    url: "LEASE_TEST_POSTGRES_URL",
+    connect: connect,
+);
 
 /// Issue 16, item 7: a holder frozen inside a guarded transaction (here cut
 /// off by the paused proxy: nothing of it reaches the server) kept the row
