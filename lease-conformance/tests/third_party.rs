@@ -1,0 +1,65 @@
+//! The README's example, compiled and run: a third-party backend runs the
+//! whole suite in about ten lines. `MyStore` here is the reference store
+//! behind the `connect` / `with_table` a real backend has, so this is also
+//! the suite against the reference store (every case passes on a correct
+//! implementation of the protocol). The lines between the markers are the
+//! README's, and a test checks that they still are. `MY_DB_URL` is set by
+//! the workspace's `.cargo/config.toml`.
+
+use lease_conformance::reference::MemoryStore;
+
+/// A stand-in for a third party's store type.
+#[derive(Debug)]
+struct MyStore(MemoryStore);
+
+impl MyStore {
+    async fn connect(_url: &str) -> Result<MyStore, std::io::Error> {
+        Ok(MyStore(MemoryStore::new()))
+    }
+
+    fn with_table(self, _table: &str) -> MemoryStore {
+        self.0
+    }
+}
+
+// README example: begin
+use std::sync::Arc;
+use lease_core::LeaseStore;
+
+/// A store on a fresh table of its own, not migrated yet (the suite migrates);
+/// `None` when the database is not configured (the cases then skip, except under CI=true).
+async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
+    let url = lease_conformance::env_url("MY_DB_URL")?;
+    let store = MyStore::connect(&url).await.expect("connect");
+    Some(Arc::new(store.with_table(&format!("lease_t_{}", std::process::id()))))
+}
+
+lease_conformance::conformance_tests!(fresh_store);
+// README example: end
+
+/// The block above is the README's example, line for line.
+#[test]
+fn the_readme_example_is_this_file() {
+    let readme = include_str!("../README.md");
+    let this = include_str!("third_party.rs");
+    let example: Vec<&str> = readme
+        .split("```rust,ignore\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README has a rust,ignore example")
+        .lines()
+        .filter(|line| !line.starts_with("//") || line.starts_with("///"))
+        .collect();
+    let block: Vec<&str> = this
+        .split("// README example: begin\n")
+        .nth(1)
+        .and_then(|rest| rest.split("// README example: end").next())
+        .expect("the markers")
+        .lines()
+        .collect();
+    assert_eq!(
+        example.iter().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+        block.iter().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+        "the README's example and tests/third_party.rs have drifted apart"
+    );
+}
