@@ -6,6 +6,8 @@
 //! README's, and a test checks that they still are. `MY_DB_URL` is set by
 //! the workspace's `.cargo/config.toml`.
 
+#![allow(clippy::expect_used, reason = "the README's example fails loudly")]
+
 use lease_conformance::reference::MemoryStore;
 
 /// A stand-in for a third party's store type.
@@ -23,15 +25,17 @@ impl MyStore {
 }
 
 // README example: begin
-use std::sync::Arc;
 use lease_core::LeaseStore;
+use std::sync::Arc;
 
 /// A store on a fresh table of its own, not migrated yet (the suite migrates);
 /// `None` when the database is not configured (the cases then skip, except under CI=true).
 async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
     let url = lease_conformance::env_url("MY_DB_URL")?;
     let store = MyStore::connect(&url).await.expect("connect");
-    Some(Arc::new(store.with_table(&format!("lease_t_{}", std::process::id()))))
+    Some(Arc::new(
+        store.with_table(&format!("lease_t_{}", std::process::id())),
+    ))
 }
 
 lease_conformance::conformance_tests!(fresh_store);
