@@ -31,7 +31,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use lease_core::{BoxError, ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
 
 /// Which bug, if any, a soak's contenders carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -153,20 +153,12 @@ impl PlantedStore {
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for PlantedStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
-        match (
-            self.plant,
-            self.inner.claim(name, holder, instance, lease_ms).await?,
-        ) {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest { name, holder, .. } = claim;
+        match (self.plant, self.inner.claim(claim).await?) {
             (Plant::PhantomClaim, Some(_)) => {
                 self.inner.release(name, holder).await?;
-                self.inner.claim(name, holder, instance, lease_ms).await
+                self.inner.claim(claim).await
             }
             (Plant::LyingLock, None) if name.starts_with("lock:") => {
                 Ok(self.inner.get(name).await?.map(|held| held.term))
@@ -202,15 +194,10 @@ impl LeaseStore for PlantedStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
-        self.inner
-            .claim_slot(name, holder, instance, slot_ms, lease_ms)
-            .await
+        self.inner.claim_slot(claim, slot_ms).await
     }
 
     async fn finish(
@@ -234,17 +221,8 @@ impl LeaseStore for PlantedStore {
         self.inner.find_unfinished(names).await
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
-        self.inner
-            .claim_rerun(name, term, holder, instance, lease_ms)
-            .await
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        self.inner.claim_rerun(claim, term).await
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {

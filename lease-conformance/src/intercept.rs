@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, Op, SlotClaim, UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, Op, SlotClaim,
+    UnfinishedRow,
 };
 
 /// What an [`Intercepted`] store does before each call it forwards.
@@ -85,15 +86,9 @@ impl<I: Intercept> Intercepted<I> {
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl<I: Intercept> LeaseStore for Intercepted<I> {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         self.hook.before(Op::Claim).await?;
-        self.inner.claim(name, holder, instance, lease_ms).await
+        self.inner.claim(claim).await
     }
 
     async fn renew(
@@ -127,16 +122,11 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
         self.hook.before(Op::ClaimSlot).await?;
-        self.inner
-            .claim_slot(name, holder, instance, slot_ms, lease_ms)
-            .await
+        self.inner.claim_slot(claim, slot_ms).await
     }
 
     async fn finish(
@@ -155,18 +145,9 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
         self.inner.find_unfinished(names).await
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
         self.hook.before(Op::ClaimRerun).await?;
-        self.inner
-            .claim_rerun(name, term, holder, instance, lease_ms)
-            .await
+        self.inner.claim_rerun(claim, term).await
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {

@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord,
+    UnfinishedRow,
 };
 
 /// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
@@ -322,13 +323,13 @@ impl MemoryStore {
 
 #[async_trait]
 impl LeaseStore for MemoryStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let key = self.key(name);
         if self.has(Fault::RacyClaim) {
             let free = self.with(|t| {
@@ -429,12 +430,15 @@ impl LeaseStore for MemoryStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         self.with(|t| {
             let now = self.now();
             let key = self.key(name);
@@ -527,14 +531,13 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         self.with(|t| {
             let now = self.now();
             match t.rows.get_mut(&self.key(name)) {

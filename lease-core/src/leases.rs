@@ -14,7 +14,7 @@ use crate::error::{BoxError, Error, LostCause, Op, Result};
 use crate::info::LeaseInfo;
 use crate::name::validate_name;
 use crate::run::FailHook;
-use crate::store::{Finished, LeaseStore, SlotClaim};
+use crate::store::{ClaimRequest, Finished, LeaseStore, SlotClaim};
 use crate::time::UtcMillis;
 use crate::timings::Timings;
 use crate::token::{holder_token, instance_id};
@@ -270,12 +270,12 @@ impl Leases {
             .bounded(
                 Op::Claim,
                 Some(name),
-                self.shared.store.claim(
+                self.shared.store.claim(ClaimRequest {
                     name,
-                    &holder,
-                    &self.shared.instance,
-                    self.shared.timings.lease_ms(),
-                ),
+                    holder: &holder,
+                    instance: &self.shared.instance,
+                    lease_ms: self.shared.timings.lease_ms(),
+                }),
             )
             .await;
         crate::metrics::claim(name, claim_outcome(&claimed, Option::is_some));
@@ -326,11 +326,13 @@ impl Leases {
                 Op::ClaimSlot,
                 Some(name),
                 self.shared.store.claim_slot(
-                    name,
-                    &holder,
-                    &self.shared.instance,
+                    ClaimRequest {
+                        name,
+                        holder: &holder,
+                        instance: &self.shared.instance,
+                        lease_ms: self.shared.timings.lease_ms(),
+                    },
                     slot.as_millis(),
-                    self.shared.timings.lease_ms(),
                 ),
             )
             .await;
@@ -435,11 +437,13 @@ impl Leases {
                 Op::ClaimRerun,
                 Some(&u.name),
                 self.shared.store.claim_rerun(
-                    &u.name,
+                    ClaimRequest {
+                        name: &u.name,
+                        holder: &holder,
+                        instance: &self.shared.instance,
+                        lease_ms: self.shared.timings.lease_ms(),
+                    },
                     u.term,
-                    &holder,
-                    &self.shared.instance,
-                    self.shared.timings.lease_ms(),
                 ),
             )
             .await;

@@ -40,7 +40,8 @@ pub use lock::{LOCK_PREFIX, Lock, LockError};
 pub use name::{MAX_NAME_BYTES, validate_name};
 pub use run::{ABORT_WAIT, run};
 pub use store::{
-    Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow, term_from_db,
+    ClaimRequest, Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow,
+    term_from_db,
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};

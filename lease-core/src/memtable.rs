@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::error::BoxError;
 use crate::info::LeaseInfo;
-use crate::store::{Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use crate::store::{ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -122,13 +122,13 @@ fn to_info(name: &str, row: &Row, now: i64) -> LeaseInfo {
 
 #[async_trait]
 impl LeaseStore for MemTable {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let claimed = self.with(|state, now| {
             let term = match state.rows.get_mut(name) {
                 None => {
@@ -196,14 +196,8 @@ impl LeaseStore for MemTable {
         })
     }
 
-    async fn claim_slot(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: i64,
-        _: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    async fn claim_slot(&self, claim: ClaimRequest<'_>, _: i64) -> Result<SlotClaim, BoxError> {
+        let _ = claim;
         Err("not part of the capabilities' table".into())
     }
 
@@ -215,14 +209,8 @@ impl LeaseStore for MemTable {
         Err("not part of the capabilities' table".into())
     }
 
-    async fn claim_rerun(
-        &self,
-        _: &str,
-        _: u64,
-        _: &str,
-        _: &str,
-        _: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, _: u64) -> Result<bool, BoxError> {
+        let _ = claim;
         Err("not part of the capabilities' table".into())
     }
 

@@ -65,13 +65,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// -- no row yet: insert (name, holder, instance, 1, :now + :lease_ms, 0, 0, 0),
     /// -- doing nothing when the name is there (someone was first)
     /// ```
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError>;
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError>;
 
     /// Extends the lease by `lease_ms` from the database's now, and returns
     /// that now (`Some(now_ms)`) if `holder` still held it, `None` if not
@@ -161,11 +155,8 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// the winner learns what the row held before its write.
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError>;
 
     /// Records that the round for instant `slot_ms` ran to its end.
@@ -220,14 +211,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     ///  WHERE name = :name AND term = :term AND unfinished_slot_ms = slot_ms
     ///    AND rerun_slot_ms < slot_ms AND expires_at_ms <= :now
     /// ```
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError>;
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError>;
 
     /// Returns the row's `slot_ms`, or `None` when there is no row.
     ///
@@ -291,6 +275,42 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
         let _ = error;
         DbErrorKind::Unclassified
+    }
+}
+
+/// What a claim asks for: `name`, for the holder token `holder` of the
+/// process `instance`, for `lease_ms` from the database's now. The three
+/// strings travel as named fields, so that a swap cannot compile as a claim
+/// for the wrong name or token.
+///
+/// Its `Debug` output leaves the holder token out: it is the tenure's
+/// credential.
+///
+/// ```
+/// use lease_core::ClaimRequest;
+///
+/// let claim = ClaimRequest { name: "job", holder: "t0k3n", instance: "host-1", lease_ms: 15_000 };
+/// assert!(!format!("{claim:?}").contains("t0k3n"));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ClaimRequest<'a> {
+    /// The lease's name.
+    pub name: &'a str,
+    /// The claimant's holder token.
+    pub holder: &'a str,
+    /// The claimant process's instance id, recorded on the row.
+    pub instance: &'a str,
+    /// How long the lease lasts from the database's now, in milliseconds.
+    pub lease_ms: i64,
+}
+
+impl fmt::Debug for ClaimRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClaimRequest")
+            .field("name", &self.name)
+            .field("instance", &self.instance)
+            .field("lease_ms", &self.lease_ms)
+            .finish_non_exhaustive()
     }
 }
 
@@ -406,14 +426,8 @@ pub struct UnfinishedRow {
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
-        (**self).claim(name, holder, instance, lease_ms).await
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        (**self).claim(claim).await
     }
 
     async fn renew(
@@ -443,15 +457,10 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
-        (**self)
-            .claim_slot(name, holder, instance, slot_ms, lease_ms)
-            .await
+        (**self).claim_slot(claim, slot_ms).await
     }
 
     async fn finish(
@@ -468,17 +477,8 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         (**self).find_unfinished(names).await
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
-        (**self)
-            .claim_rerun(name, term, holder, instance, lease_ms)
-            .await
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        (**self).claim_rerun(claim, term).await
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tokio::time::{Instant, sleep};
 
 use crate::error::BoxError;
-use crate::store::{Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use crate::store::{ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
 use crate::{Handle, Leases, Timings};
 
 /// What one renewal does.
@@ -142,7 +142,8 @@ impl Drop for Record<'_> {
 
 #[async_trait]
 impl LeaseStore for ScriptedStore {
-    async fn claim(&self, _: &str, _: &str, _: &str, _: i64) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let _ = claim;
         Ok(Some(1))
     }
 
@@ -207,14 +208,8 @@ impl LeaseStore for ScriptedStore {
         Ok(true)
     }
 
-    async fn claim_slot(
-        &self,
-        _: &str,
-        _: &str,
-        _: &str,
-        _: i64,
-        _: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    async fn claim_slot(&self, claim: ClaimRequest<'_>, _: i64) -> Result<SlotClaim, BoxError> {
+        let _ = claim;
         Err("not scripted".into())
     }
 
@@ -226,14 +221,8 @@ impl LeaseStore for ScriptedStore {
         Err("not scripted".into())
     }
 
-    async fn claim_rerun(
-        &self,
-        _: &str,
-        _: u64,
-        _: &str,
-        _: &str,
-        _: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, _: u64) -> Result<bool, BoxError> {
+        let _ = claim;
         Err("not scripted".into())
     }
 

@@ -541,9 +541,17 @@ mod exec_tests {
             .await
             .unwrap();
         store.migrate().await.unwrap();
-        let term = LeaseStore::claim(&store, "held", "holder", "a", 60_000)
-            .await
-            .unwrap();
+        let term = LeaseStore::claim(
+            &store,
+            lease_core::ClaimRequest {
+                name: "held",
+                holder: "holder",
+                instance: "a",
+                lease_ms: 60_000,
+            },
+        )
+        .await
+        .unwrap();
         assert_eq!(term, Some(1));
 
         let rivals: Vec<_> = (0..8)

@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow};
+use lease_core::{
+    BoxError, ClaimRequest, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow,
+};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value, params};
 
@@ -100,13 +102,13 @@ impl MySqlStore {
 
 #[async_trait]
 impl LeaseStore for MySqlStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let mut conn = self.conn().await?;
         let term = claim_on(&mut conn, &self.inner.sql, name, holder, instance, lease_ms).await?;
         Ok(term)
@@ -164,12 +166,15 @@ impl LeaseStore for MySqlStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let mut conn = self.conn().await?;
         let row: Option<(u64, i64, i64, i64, i64)> = conn
             .exec_first(
@@ -282,14 +287,13 @@ impl LeaseStore for MySqlStore {
         Ok(found)
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let claimed = self
             .write(
                 &self.inner.sql.claim_rerun,

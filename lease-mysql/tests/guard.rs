@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use lease_core::CancellationToken;
 use lease_core::GuardError;
-use lease_core::{EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings};
+use lease_core::{ClaimRequest, EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore};
 
@@ -281,7 +281,12 @@ async fn a_successors_claim_waits_for_the_guarded_transaction() {
     let claimer = store.clone();
     let successor = tokio::spawn(async move {
         claimer
-            .claim("fenced", "successor", "b", 10_000)
+            .claim(ClaimRequest {
+                name: "fenced",
+                holder: "successor",
+                instance: "b",
+                lease_ms: 10_000,
+            })
             .await
             .unwrap()
     });

@@ -9,7 +9,7 @@
 mod common;
 
 use lease_core::CancellationToken;
-use lease_core::{LeaseContext, LeaseStore, Leases, MAX_NAME_BYTES};
+use lease_core::{ClaimRequest, LeaseContext, LeaseStore, Leases, MAX_NAME_BYTES};
 use lease_mysql::MySqlError;
 use lease_mysql::mysql_async::prelude::Queryable;
 
@@ -40,14 +40,27 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     let (n, term) = count!("claim (insert)", {
         i += 1;
         store
-            .claim(&format!("c{i}"), "h", "inst", 10_000)
+            .claim(ClaimRequest {
+                name: &format!("c{i}"),
+                holder: "h",
+                instance: "inst",
+                lease_ms: 10_000,
+            })
             .await
             .unwrap()
     });
     assert_eq!((n, term), (2, Some(1)), "read + insert");
     let (n, term) = count!(
         "claim (held: refused on the read)",
-        store.claim("c1", "x", "inst", 10_000).await.unwrap()
+        store
+            .claim(ClaimRequest {
+                name: "c1",
+                holder: "x",
+                instance: "inst",
+                lease_ms: 10_000
+            })
+            .await
+            .unwrap()
     );
     assert_eq!((n, term), (1, None));
     let (n, held) = count!("renew", store.renew("c1", "h", 10_000).await.unwrap());
@@ -58,7 +71,15 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     assert_eq!(n, 1);
     let (n, term) = count!("claim (takeover of a released name)", {
         store.release("c1", "h").await.unwrap();
-        store.claim("c1", "h", "inst", 10_000).await.unwrap()
+        store
+            .claim(ClaimRequest {
+                name: "c1",
+                holder: "h",
+                instance: "inst",
+                lease_ms: 10_000,
+            })
+            .await
+            .unwrap()
     });
     // The release inside the block is counted too.
     assert_eq!(n, 3, "release + read + update");
@@ -69,7 +90,12 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     for name in &names {
         assert!(
             store
-                .claim(name, "h", "inst", 10_000)
+                .claim(ClaimRequest {
+                    name,
+                    holder: "h",
+                    instance: "inst",
+                    lease_ms: 10_000
+                })
                 .await
                 .unwrap()
                 .is_some()
@@ -97,22 +123,60 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     let (n, _) = count!("claim_slot (new name: read + insert)", {
         slot += 1;
         store
-            .claim_slot(&format!("s{slot}"), "h", "inst", slot, 10_000)
+            .claim_slot(
+                ClaimRequest {
+                    name: &format!("s{slot}"),
+                    holder: "h",
+                    instance: "inst",
+                    lease_ms: 10_000,
+                },
+                slot,
+            )
             .await
             .unwrap()
     });
     assert_eq!(n, 2);
-    let _ = store.claim_slot("s", "h", "inst", 1, 10_000).await.unwrap();
+    let _ = store
+        .claim_slot(
+            ClaimRequest {
+                name: "s",
+                holder: "h",
+                instance: "inst",
+                lease_ms: 10_000,
+            },
+            1,
+        )
+        .await
+        .unwrap();
     let (n, _) = count!(
         "claim_slot (held: refused on the read)",
-        store.claim_slot("s", "x", "inst", 5, 10_000).await.unwrap()
+        store
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "x",
+                    instance: "inst",
+                    lease_ms: 10_000
+                },
+                5
+            )
+            .await
+            .unwrap()
     );
     assert_eq!(n, 1);
     let (n, _) = count!("claim_slot (free: read + update)", {
         store.release("s", "h").await.unwrap();
         slot += 1;
         store
-            .claim_slot("s", "h", "inst", slot, 10_000)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h",
+                    instance: "inst",
+                    lease_ms: 10_000,
+                },
+                slot,
+            )
             .await
             .unwrap()
     });
@@ -132,7 +196,15 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     let (n, _) = count!(
         "claim_rerun",
         store
-            .claim_rerun("s", 1, "h", "inst", 10_000)
+            .claim_rerun(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h",
+                    instance: "inst",
+                    lease_ms: 10_000
+                },
+                1
+            )
             .await
             .unwrap()
     );
@@ -210,7 +282,15 @@ async fn with_prefer_socket_a_proxy_sees_only_the_first_handshake() {
     let store = common::proxied_store(&url, &proxy, table, true).await;
     store.now_ms().await.unwrap();
     proxy.reset();
-    store.claim("x", "h", "i", 1_000).await.unwrap();
+    store
+        .claim(ClaimRequest {
+            name: "x",
+            holder: "h",
+            instance: "i",
+            lease_ms: 1_000,
+        })
+        .await
+        .unwrap();
     let seen = proxy.round_trips();
     eprintln!(
         "prefer_socket=true: the proxy saw {seen} command(s) of a claim \

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lease_testkit::chain;
 
-use lease_core::{LeaseStore, Leases, MAX_NAME_BYTES};
+use lease_core::{ClaimRequest, LeaseStore, Leases, MAX_NAME_BYTES};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
@@ -191,14 +191,49 @@ async fn outcomes_do_not_leak_from_one_statement_to_the_next_on_a_connection() {
         .with_table(table)
         .build()
         .unwrap();
-    assert_eq!(store.claim("n", "h1", "i", 10_000).await.unwrap(), Some(1));
-    assert_eq!(store.claim("n", "h2", "i", 10_000).await.unwrap(), None);
+    assert_eq!(
+        store
+            .claim(ClaimRequest {
+                name: "n",
+                holder: "h1",
+                instance: "i",
+                lease_ms: 10_000
+            })
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        store
+            .claim(ClaimRequest {
+                name: "n",
+                holder: "h2",
+                instance: "i",
+                lease_ms: 10_000
+            })
+            .await
+            .unwrap(),
+        None
+    );
     assert!(store.renew("n", "h1", 10_000).await.unwrap().is_some());
     assert!(store.renew("n", "h2", 10_000).await.unwrap().is_none());
     assert!(store.release("n", "h1").await.unwrap());
     assert!(store.verify("n", "h1").await.unwrap().is_none());
     assert!(store.renew("n", "h1", 10_000).await.unwrap().is_none());
-    assert!(!store.claim_rerun("n", 1, "h3", "i", 10_000).await.unwrap());
+    assert!(
+        !store
+            .claim_rerun(
+                ClaimRequest {
+                    name: "n",
+                    holder: "h3",
+                    instance: "i",
+                    lease_ms: 10_000
+                },
+                1
+            )
+            .await
+            .unwrap()
+    );
     common::drop_table(&setup, table).await;
 }
 
@@ -227,7 +262,12 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
         let name = format!("frozen-{found_rows}");
         assert!(
             store
-                .claim(&name, "h", "i", 10_000)
+                .claim(ClaimRequest {
+                    name: &name,
+                    holder: "h",
+                    instance: "i",
+                    lease_ms: 10_000
+                })
                 .await
                 .unwrap()
                 .is_some()
@@ -278,10 +318,29 @@ async fn eight_replicas_migrating_a_new_table_at_once_all_succeed() {
     for task in tasks {
         task.await.unwrap().unwrap();
     }
-    assert_eq!(first.claim("x", "h", "i", 1_000).await.unwrap(), Some(1));
+    assert_eq!(
+        first
+            .claim(ClaimRequest {
+                name: "x",
+                holder: "h",
+                instance: "i",
+                lease_ms: 1_000
+            })
+            .await
+            .unwrap(),
+        Some(1)
+    );
     first.migrate().await.unwrap();
     assert_eq!(
-        first.claim("x", "h2", "i", 1_000).await.unwrap(),
+        first
+            .claim(ClaimRequest {
+                name: "x",
+                holder: "h2",
+                instance: "i",
+                lease_ms: 1_000
+            })
+            .await
+            .unwrap(),
         None,
         "kept"
     );
@@ -338,7 +397,18 @@ async fn a_qualified_table_name_works() {
         .unwrap();
     common::drop_table(&store, "lm_qualified").await;
     store.migrate().await.unwrap();
-    assert_eq!(store.claim("q", "h", "i", 1_000).await.unwrap(), Some(1));
+    assert_eq!(
+        store
+            .claim(ClaimRequest {
+                name: "q",
+                holder: "h",
+                instance: "i",
+                lease_ms: 1_000
+            })
+            .await
+            .unwrap(),
+        Some(1)
+    );
     assert_eq!(store.table(), format!("`{db}`.`lm_qualified`"));
     common::drop_table(&store, "lm_qualified").await;
 }
@@ -483,7 +553,14 @@ async fn racing_claims_have_one_winner_and_no_errors() {
                     let name = name.clone();
                     tokio::spawn(async move {
                         let holder = format!("h{i}");
-                        let term = store.claim(&name, &holder, "i", 10_000).await;
+                        let term = store
+                            .claim(ClaimRequest {
+                                name: &name,
+                                holder: &holder,
+                                instance: "i",
+                                lease_ms: 10_000,
+                            })
+                            .await;
                         (holder, term)
                     })
                 })

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lease_core::LeaseStore;
+use lease_core::{ClaimRequest, LeaseStore};
 use lease_mysql::mysql_async::SslOpts;
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore};
@@ -202,7 +202,18 @@ async fn tls_connections_are_encrypted_and_certificates_checked() {
     assert!(!c.is_empty(), "the session is encrypted");
     eprintln!("TLS cipher: {c}");
     store.migrate().await.unwrap();
-    assert_eq!(store.claim("tls", "h", "i", 1_000).await.unwrap(), Some(1));
+    assert_eq!(
+        store
+            .claim(ClaimRequest {
+                name: "tls",
+                holder: "h",
+                instance: "i",
+                lease_ms: 1_000
+            })
+            .await
+            .unwrap(),
+        Some(1)
+    );
     assert!(format!("{store:?}").contains("tls: true"));
 
     // The certificate names localhost, not 127.0.0.1: refused...

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use lease_core::{
-    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SupersededSlot,
-    UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim,
+    SupersededSlot, UnfinishedRow,
 };
 use tokio_postgres::types::Type;
 
@@ -120,13 +120,13 @@ impl PostgresStore {
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let holder = Token(holder);
         let row = self
             .row(
@@ -216,12 +216,15 @@ impl LeaseStore for PostgresStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let holder = Token(holder);
         let Some(row) = self
             .row(
@@ -301,14 +304,13 @@ impl LeaseStore for PostgresStore {
             .collect()
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         // A term past i64::MAX cannot be in the table: nothing to claim.
         let Ok(term) = i64::try_from(term) else {
             return Ok(false);

@@ -15,7 +15,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use lease_core::{CancellationToken, Finished, LeaseContext, LeaseStore, Leases, SlotClaim};
+use lease_core::{
+    CancellationToken, ClaimRequest, Finished, LeaseContext, LeaseStore, Leases, SlotClaim,
+};
 use lease_postgres::tokio_postgres::config::Host;
 use lease_postgres::{PostgresError, PostgresStore, SslMode};
 use lease_testkit::chain;
@@ -209,7 +211,15 @@ async fn eight_replicas_migrating_a_missing_table_at_once_all_succeed() {
         }
         // And again, now that the table exists.
         replicas[3].migrate().await.unwrap();
-        let term = replicas[5].claim("after", "h", "i", 15_000).await.unwrap();
+        let term = replicas[5]
+            .claim(ClaimRequest {
+                name: "after",
+                holder: "h",
+                instance: "i",
+                lease_ms: 15_000,
+            })
+            .await
+            .unwrap();
         assert_eq!(term, Some(1));
         common::drop_table(&replicas[0]).await;
     }
@@ -284,7 +294,18 @@ async fn tls_modes_against_the_local_server() {
         .await
         .unwrap();
     store.migrate().await.unwrap();
-    assert_eq!(store.claim("tls", "h", "i", 15_000).await.unwrap(), Some(1));
+    assert_eq!(
+        store
+            .claim(ClaimRequest {
+                name: "tls",
+                holder: "h",
+                instance: "i",
+                lease_ms: 15_000
+            })
+            .await
+            .unwrap(),
+        Some(1)
+    );
     common::drop_table(&store).await;
 
     // prefer (the default): TLS, since the server offers it.
@@ -512,10 +533,30 @@ async fn every_operation_is_one_round_trip() {
         };
 
         let m = mark();
-        assert_eq!(s.claim(&n("a"), "h1", "i", 15_000).await.unwrap(), Some(1));
+        assert_eq!(
+            s.claim(ClaimRequest {
+                name: &n("a"),
+                holder: "h1",
+                instance: "i",
+                lease_ms: 15_000
+            })
+            .await
+            .unwrap(),
+            Some(1)
+        );
         step("claim (new name)", m);
         let m = mark();
-        assert_eq!(s.claim(&n("a"), "h2", "i", 15_000).await.unwrap(), None);
+        assert_eq!(
+            s.claim(ClaimRequest {
+                name: &n("a"),
+                holder: "h2",
+                instance: "i",
+                lease_ms: 15_000
+            })
+            .await
+            .unwrap(),
+            None
+        );
         step("claim (held: refused)", m);
         let m = mark();
         assert!(s.renew(&n("a"), "h1", 15_000).await.unwrap().is_some());
@@ -527,12 +568,30 @@ async fn every_operation_is_one_round_trip() {
         assert!(s.release(&n("a"), "h1").await.unwrap());
         step("release", m);
         let m = mark();
-        assert_eq!(s.claim(&n("a"), "h3", "i", 15_000).await.unwrap(), Some(2));
+        assert_eq!(
+            s.claim(ClaimRequest {
+                name: &n("a"),
+                holder: "h3",
+                instance: "i",
+                lease_ms: 15_000
+            })
+            .await
+            .unwrap(),
+            Some(2)
+        );
         step("claim (released: takeover)", m);
 
         let m = mark();
         let c = s
-            .claim_slot(&n("s"), "h1", "i", 1_000, 15_000)
+            .claim_slot(
+                ClaimRequest {
+                    name: &n("s"),
+                    holder: "h1",
+                    instance: "i",
+                    lease_ms: 15_000,
+                },
+                1_000,
+            )
             .await
             .unwrap();
         assert!(
@@ -549,7 +608,15 @@ async fn every_operation_is_one_round_trip() {
         assert!(s.release(&n("s"), "h1").await.unwrap());
         let m = mark();
         let c = s
-            .claim_slot(&n("s"), "h2", "i", 2_000, 15_000)
+            .claim_slot(
+                ClaimRequest {
+                    name: &n("s"),
+                    holder: "h2",
+                    instance: "i",
+                    lease_ms: 15_000,
+                },
+                2_000,
+            )
             .await
             .unwrap();
         assert!(
@@ -559,7 +626,15 @@ async fn every_operation_is_one_round_trip() {
         step("claim_slot (gives an instant up)", m);
         let m = mark();
         let c = s
-            .claim_slot(&n("s"), "h3", "i", 3_000, 15_000)
+            .claim_slot(
+                ClaimRequest {
+                    name: &n("s"),
+                    holder: "h3",
+                    instance: "i",
+                    lease_ms: 15_000,
+                },
+                3_000,
+            )
             .await
             .unwrap();
         assert_eq!(c, SlotClaim::Refused);
@@ -570,9 +645,17 @@ async fn every_operation_is_one_round_trip() {
         step("finish (holder)", m);
 
         assert!(matches!(
-            s.claim_slot(&n("u"), "h1", "i", 5_000, 15_000)
-                .await
-                .unwrap(),
+            s.claim_slot(
+                ClaimRequest {
+                    name: &n("u"),
+                    holder: "h1",
+                    instance: "i",
+                    lease_ms: 15_000
+                },
+                5_000
+            )
+            .await
+            .unwrap(),
             SlotClaim::Claimed { .. }
         ));
         assert!(s.release(&n("u"), "h1").await.unwrap());
@@ -587,9 +670,17 @@ async fn every_operation_is_one_round_trip() {
         step("find_unfinished (51 names)", m);
         let m = mark();
         assert!(
-            s.claim_rerun(&n("u"), found[0].term, "h2", "i", 15_000)
-                .await
-                .unwrap()
+            s.claim_rerun(
+                ClaimRequest {
+                    name: &n("u"),
+                    holder: "h2",
+                    instance: "i",
+                    lease_ms: 15_000
+                },
+                found[0].term
+            )
+            .await
+            .unwrap()
         );
         step("claim_rerun", m);
         let m = mark();

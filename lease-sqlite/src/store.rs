@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseInfo, LeaseStore, SlotClaim, UnfinishedRow};
+use lease_core::{
+    BoxError, ClaimRequest, Finished, LeaseInfo, LeaseStore, SlotClaim, UnfinishedRow,
+};
 use rusqlite::{Connection, InterruptHandle, OptionalExtension, params};
 
 use crate::builder::MEMORY;
@@ -112,13 +114,13 @@ impl SqliteStore {
 /// while still queued for the connection does not run.
 #[async_trait]
 impl LeaseStore for SqliteStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
             conn.prepare_cached(&sql.claim)?
@@ -180,12 +182,15 @@ impl LeaseStore for SqliteStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
             claim_slot_in(conn, sql, (&name, &holder, &instance, slot_ms, lease_ms))
@@ -227,14 +232,13 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let Ok(term) = i64::try_from(term) else {
             return Ok(false); // no row has a term SQLite cannot store
         };

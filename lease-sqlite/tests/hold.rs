@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, CancellationToken, EndCause, Finished, LeaseStore, Leases, LostCause, SlotClaim,
-    Timings, UnfinishedRow,
+    BoxError, CancellationToken, ClaimRequest, EndCause, Finished, LeaseStore, Leases, LostCause,
+    SlotClaim, Timings, UnfinishedRow,
 };
 use lease_sqlite::{SqliteError, SqliteStore};
 use tokio::time::{Instant, sleep};
@@ -181,14 +181,8 @@ impl Recording {
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for Recording {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
-        self.inner.claim(name, holder, instance, lease_ms).await
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        self.inner.claim(claim).await
     }
 
     async fn renew(
@@ -235,15 +229,10 @@ impl LeaseStore for Recording {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
-        self.inner
-            .claim_slot(name, holder, instance, slot_ms, lease_ms)
-            .await
+        self.inner.claim_slot(claim, slot_ms).await
     }
 
     async fn finish(
@@ -260,17 +249,8 @@ impl LeaseStore for Recording {
         self.inner.find_unfinished(names).await
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
-        self.inner
-            .claim_rerun(name, term, holder, instance, lease_ms)
-            .await
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        self.inner.claim_rerun(claim, term).await
     }
 
     async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {

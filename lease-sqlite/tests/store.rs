@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease_core::GuardError;
 use lease_core::{
-    EndCause, Finished, LeaseContext, LeaseStore, Leases, LostCause, SlotClaim, SupersededSlot,
+    ClaimRequest, EndCause, Finished, LeaseContext, LeaseStore, Leases, LostCause, SlotClaim,
+    SupersededSlot,
 };
 use lease_sqlite::{SqliteError, SqliteStore, SqliteStoreBuilder};
 use rusqlite::Connection;
@@ -92,7 +93,15 @@ async fn files_are_in_wal_mode() {
     let (_dir, path) = db_file();
     let store = migrated(&path).await;
     assert_eq!(
-        store.claim("wal", "h1", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "wal",
+                holder: "h1",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
     let mode: String = raw(&path)
@@ -115,7 +124,15 @@ async fn a_missing_file_is_created_and_migrate_is_idempotent() {
         store.migrate().await.unwrap();
     }
     assert_eq!(
-        store.claim("a", "h1", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "a",
+                holder: "h1",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
     store.migrate().await.unwrap();
@@ -175,7 +192,12 @@ async fn eight_stores_on_one_file_race_a_claim_and_one_wins() {
             tasks.push(tokio::spawn(async move {
                 barrier.wait().await;
                 store
-                    .claim("race", &format!("h{round}-{i}"), "i", 200)
+                    .claim(ClaimRequest {
+                        name: "race",
+                        holder: &format!("h{round}-{i}"),
+                        instance: "i",
+                        lease_ms: 200,
+                    })
                     .await
             }));
         }
@@ -203,7 +225,17 @@ async fn eight_stores_on_one_file_race_an_instant_and_one_wins() {
             tasks.push(tokio::spawn(async move {
                 barrier.wait().await;
                 let holder = format!("h{round}-{i}");
-                store.claim_slot("job", &holder, "i", slot, 200).await
+                store
+                    .claim_slot(
+                        ClaimRequest {
+                            name: "job",
+                            holder: &holder,
+                            instance: "i",
+                            lease_ms: 200,
+                        },
+                        slot,
+                    )
+                    .await
             }));
         }
         let mut won = Vec::new();
@@ -235,7 +267,15 @@ async fn the_clock_is_the_databases() {
         "clocks minutes apart"
     );
     assert_eq!(
-        store.claim("clock", "h1", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "clock",
+                holder: "h1",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
     let after = store.now_ms().await.unwrap();
@@ -256,7 +296,15 @@ async fn the_clock_is_the_databases() {
         .unwrap();
     set_expiry(&conn, "clock", db_now + 1_000);
     assert_eq!(
-        store.claim("clock", "h2", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "clock",
+                holder: "h2",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         None
     );
     assert!(
@@ -276,7 +324,15 @@ async fn the_clock_is_the_databases() {
             .is_none()
     );
     assert_eq!(
-        store.claim("clock", "h2", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "clock",
+                holder: "h2",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(2)
     );
 }
@@ -297,7 +353,15 @@ async fn names_compare_byte_for_byte() {
     for (i, name) in ["job", "JOB", "job "].into_iter().enumerate() {
         let holder = format!("h{i}");
         assert_eq!(
-            store.claim(name, &holder, "i", LEASE_MS).await.unwrap(),
+            store
+                .claim(ClaimRequest {
+                    name,
+                    holder: &holder,
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                })
+                .await
+                .unwrap(),
             Some(1),
             "{name:?}"
         );
@@ -321,11 +385,27 @@ async fn tables_are_configurable_and_independent() {
     assert_eq!(other.table(), "Other_Leases_2");
     other.migrate().await.unwrap();
     assert_eq!(
-        default.claim("x", "h1", "i", LEASE_MS).await.unwrap(),
+        default
+            .claim(ClaimRequest {
+                name: "x",
+                holder: "h1",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
     assert_eq!(
-        other.claim("x", "h2", "i", LEASE_MS).await.unwrap(),
+        other
+            .claim(ClaimRequest {
+                name: "x",
+                holder: "h2",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
     let in_other: i64 = raw(&path)
@@ -360,10 +440,26 @@ async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
     store.migrate().await.unwrap();
     let conn = raw(&path);
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let err = store.claim("busy", "h1", "i", LEASE_MS).await.unwrap_err();
+    let err = store
+        .claim(ClaimRequest {
+            name: "busy",
+            holder: "h1",
+            instance: "i",
+            lease_ms: LEASE_MS,
+        })
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("locked"), "{err}");
     let err = store
-        .claim_slot("busy", "h1", "i", 5, LEASE_MS)
+        .claim_slot(
+            ClaimRequest {
+                name: "busy",
+                holder: "h1",
+                instance: "i",
+                lease_ms: LEASE_MS,
+            },
+            5,
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("locked"), "{err}");
@@ -371,7 +467,15 @@ async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
     assert_eq!(store.last_slot("busy").await.unwrap(), None);
     conn.execute_batch("COMMIT").unwrap();
     assert_eq!(
-        store.claim("busy", "h1", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "busy",
+                holder: "h1",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
 }
@@ -399,7 +503,12 @@ async fn dropped_calls_leave_the_store_usable() {
     );
     for i in 1..4 {
         let holder = format!("h{i}");
-        let call = store.claim("dropped", &holder, "i", LEASE_MS);
+        let call = store.claim(ClaimRequest {
+            name: "dropped",
+            holder: &holder,
+            instance: "i",
+            lease_ms: LEASE_MS,
+        });
         assert!(
             tokio::time::timeout(Duration::from_millis(50), call)
                 .await
@@ -412,7 +521,12 @@ async fn dropped_calls_leave_the_store_usable() {
     assert!(store.now_ms().await.is_ok());
     assert!(
         store
-            .claim("after", "h9", "i", LEASE_MS)
+            .claim(ClaimRequest {
+                name: "after",
+                holder: "h9",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
             .await
             .unwrap()
             .is_some()
@@ -428,10 +542,29 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
 
     // claim: insert, refusal, takeover after release (expires_at_ms = 0).
     assert_eq!(
-        store.claim("c", "h1", "i1", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "c",
+                holder: "h1",
+                instance: "i1",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(1)
     );
-    assert_eq!(store.claim("c", "h2", "i2", LEASE_MS).await.unwrap(), None);
+    assert_eq!(
+        store
+            .claim(ClaimRequest {
+                name: "c",
+                holder: "h2",
+                instance: "i2",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
+        None
+    );
     assert!(store.renew("c", "h1", LEASE_MS).await.unwrap().is_some());
     assert!(
         store.renew("c", "h1", LEASE_MS).await.unwrap().is_some(),
@@ -450,7 +583,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     );
     assert!(store.renew("c", "h1", LEASE_MS).await.unwrap().is_none());
     assert_eq!(
-        store.claim("c", "h2", "i2", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "c",
+                holder: "h2",
+                instance: "i2",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(2)
     );
     assert!(!store.release("c", "h1").await.unwrap());
@@ -465,7 +606,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     let claimed = |term, superseded| SlotClaim::Claimed { term, superseded };
     assert_eq!(
         store
-            .claim_slot("s", "h1", "i", 100, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h1",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                100
+            )
             .await
             .unwrap(),
         claimed(1, None)
@@ -474,7 +623,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     assert_eq!((slot, unfinished, rerun), (100, 100, 0));
     assert_eq!(
         store
-            .claim_slot("s", "h2", "i", 200, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h2",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                200
+            )
             .await
             .unwrap(),
         SlotClaim::Refused,
@@ -483,7 +640,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     assert!(store.release("s", "h1").await.unwrap());
     assert_eq!(
         store
-            .claim_slot("s", "h2", "i", 100, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h2",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                100
+            )
             .await
             .unwrap(),
         SlotClaim::Refused,
@@ -498,20 +663,44 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     );
     assert!(
         store
-            .claim_rerun("s", 1, "h3", "i", LEASE_MS)
+            .claim_rerun(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h3",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                1
+            )
             .await
             .unwrap()
     );
     assert!(
         !store
-            .claim_rerun("s", 1, "h4", "i", LEASE_MS)
+            .claim_rerun(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h4",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                1
+            )
             .await
             .unwrap(),
         "stale term"
     );
     assert!(
         !store
-            .claim_rerun("s", u64::MAX, "h4", "i", LEASE_MS)
+            .claim_rerun(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h4",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                u64::MAX
+            )
             .await
             .unwrap()
     );
@@ -523,7 +712,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     );
     assert_eq!(
         store
-            .claim_slot("s", "h5", "i", 200, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h5",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                200
+            )
             .await
             .unwrap(),
         claimed(
@@ -553,7 +750,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     );
     assert_eq!(
         store
-            .claim_slot("s", "h6", "i", 300, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h6",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                300
+            )
             .await
             .unwrap(),
         claimed(4, None),
@@ -567,7 +772,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     assert_eq!(store.last_slot("s").await.unwrap(), Some(400));
     assert_eq!(
         store
-            .claim_slot("s", "h7", "i", 400, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h7",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                400
+            )
             .await
             .unwrap(),
         SlotClaim::Refused,
@@ -577,14 +790,30 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     // finish without the lease: recorded, unless a later instant was claimed.
     assert_eq!(
         store
-            .claim_slot("s", "h7", "i", 500, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h7",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                500
+            )
             .await
             .unwrap(),
         claimed(5, None)
     );
     assert!(store.release("s", "h7").await.unwrap());
     assert_eq!(
-        store.claim("s", "h8", "i", LEASE_MS).await.unwrap(),
+        store
+            .claim(ClaimRequest {
+                name: "s",
+                holder: "h8",
+                instance: "i",
+                lease_ms: LEASE_MS
+            })
+            .await
+            .unwrap(),
         Some(6)
     );
     assert_eq!(
@@ -602,7 +831,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     assert!(store.release("s", "h8").await.unwrap());
     assert_eq!(
         store
-            .claim_slot("s", "h9", "i", 600, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h9",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                600
+            )
             .await
             .unwrap(),
         claimed(7, None)
@@ -610,7 +847,15 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     assert!(store.release("s", "h9").await.unwrap());
     assert_eq!(
         store
-            .claim_slot("s", "h10", "i", 700, LEASE_MS)
+            .claim_slot(
+                ClaimRequest {
+                    name: "s",
+                    holder: "h10",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                },
+                700
+            )
             .await
             .unwrap(),
         claimed(
@@ -649,7 +894,15 @@ async fn unfinished_instants_of_many_names() {
     for name in [&names[7], &names[35_000]] {
         assert!(matches!(
             store
-                .claim_slot(name, "h", "i", 10, LEASE_MS)
+                .claim_slot(
+                    ClaimRequest {
+                        name,
+                        holder: "h",
+                        instance: "i",
+                        lease_ms: LEASE_MS
+                    },
+                    10
+                )
                 .await
                 .unwrap(),
             SlotClaim::Claimed { .. }
@@ -784,7 +1037,12 @@ async fn a_successor_waits_for_the_guarded_transaction_to_end() {
     in_work.await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await; // past the expiry
     let claimed = successor
-        .claim("fenced", "successor", "i", LEASE_MS)
+        .claim(ClaimRequest {
+            name: "fenced",
+            holder: "successor",
+            instance: "i",
+            lease_ms: LEASE_MS,
+        })
         .await
         .unwrap();
     let claimed_at = std::time::Instant::now();
@@ -984,7 +1242,12 @@ async fn a_batch_of_renewals_is_one_commit() {
     for name in &names {
         assert!(
             store
-                .claim(name, "h", "i", LEASE_MS)
+                .claim(ClaimRequest {
+                    name,
+                    holder: "h",
+                    instance: "i",
+                    lease_ms: LEASE_MS
+                })
                 .await
                 .unwrap()
                 .is_some()

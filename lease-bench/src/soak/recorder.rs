@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, UnfinishedRow,
 };
 use tokio::time::{Instant, timeout};
 
@@ -171,15 +171,10 @@ impl RecordingStore {
 #[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl LeaseStore for RecordingStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest { name, holder, .. } = claim;
         let seq = self.attempt(name).await?;
-        let out = self.inner.claim(name, holder, instance, lease_ms).await;
+        let out = self.inner.claim(claim).await;
         self.settle(seq, &out, |claimed| match claimed {
             Some(term) => {
                 self.rec.won(seq, name, *term, holder);
@@ -217,17 +212,12 @@ impl LeaseStore for RecordingStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let ClaimRequest { name, holder, .. } = claim;
         let seq = self.attempt(name).await?;
-        let out = self
-            .inner
-            .claim_slot(name, holder, instance, slot_ms, lease_ms)
-            .await;
+        let out = self.inner.claim_slot(claim, slot_ms).await;
         self.settle(seq, &out, |claimed| match claimed {
             SlotClaim::Claimed { term, .. } => {
                 self.rec.won(seq, name, *term, holder);
@@ -264,19 +254,10 @@ impl LeaseStore for RecordingStore {
         self.inner.find_unfinished(names).await
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        let ClaimRequest { name, holder, .. } = claim;
         let seq = self.attempt(name).await?;
-        let out = self
-            .inner
-            .claim_rerun(name, term, holder, instance, lease_ms)
-            .await;
+        let out = self.inner.claim_rerun(claim, term).await;
         self.settle(seq, &out, |&claimed| {
             if claimed {
                 self.rec.won(seq, name, term + 1, holder);

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, Finished, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow};
+use lease_core::{
+    BoxError, ClaimRequest, Finished, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow,
+};
 use tokio::time::Instant;
 
 /// 2025-12-01T10:00:00Z: where the store's clock starts.
@@ -157,13 +159,13 @@ fn io_error(what: &str) -> BoxError {
 
 #[async_trait]
 impl LeaseStore for TestStore {
-    async fn claim(
-        &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<Option<u64>, BoxError> {
+    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let now = self.now();
         let mut s = self.state.lock().unwrap();
         let row = s.rows.entry(name.to_owned()).or_default();
@@ -226,12 +228,15 @@ impl LeaseStore for TestStore {
 
     async fn claim_slot(
         &self,
-        name: &str,
-        holder: &str,
-        instance: &str,
+        claim: ClaimRequest<'_>,
         slot_ms: i64,
-        lease_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let now = self.now();
         let outcome = {
             let mut s = self.state.lock().unwrap();
@@ -346,14 +351,13 @@ impl LeaseStore for TestStore {
         Ok(found)
     }
 
-    async fn claim_rerun(
-        &self,
-        name: &str,
-        term: u64,
-        holder: &str,
-        instance: &str,
-        lease_ms: i64,
-    ) -> Result<bool, BoxError> {
+    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
+        let ClaimRequest {
+            name,
+            holder,
+            instance,
+            lease_ms,
+        } = claim;
         let now = self.now();
         let claimed = {
             let mut s = self.state.lock().unwrap();
