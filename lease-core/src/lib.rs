@@ -41,7 +41,7 @@ pub use name::{MAX_NAME_BYTES, validate_name};
 pub use run::{ABORT_WAIT, run};
 pub use store::{
     ClaimRequest, Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow,
-    term_from_db,
+    renew_each, term_from_db,
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};

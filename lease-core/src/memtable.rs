@@ -173,6 +173,15 @@ impl LeaseStore for MemTable {
         })
     }
 
+    /// One renewal after the other: this store has no batch statement.
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<Option<i64>>, BoxError> {
+        crate::store::renew_each(self, leases, lease_ms).await
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         self.with(|state, now| {
             state

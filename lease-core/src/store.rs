@@ -95,9 +95,10 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     ///
     /// [`Leases::with_renewal_batching`](crate::Leases::with_renewal_batching)
     /// sends the renewals of every lease held through one coordinator here,
-    /// gathered while the previous batch was in flight. The default renews
-    /// one lease after the other; a backend overrides it with one statement
-    /// for the whole batch where its SQL allows:
+    /// gathered while the previous batch was in flight. Every backend
+    /// declares how it renews a batch: one statement for the whole batch
+    /// where its SQL allows, or one lease after the other with
+    /// [`renew_each`] (a backend that batches nothing says so in one line):
     ///
     /// ```sql
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
@@ -109,13 +110,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
-        let mut held = Vec::with_capacity(leases.len());
-        for (name, holder) in leases {
-            held.push(self.renew(name, holder, lease_ms).await?);
-        }
-        Ok(held)
-    }
+    ) -> Result<Vec<Option<i64>>, BoxError>;
 
     /// Returns the term if `holder` still holds `name`, `None` if it does not
     /// (taken, released, or expired with no one to take it yet).
@@ -338,6 +333,32 @@ pub struct SupersededSlot {
     /// Whether it had been claimed a second time already (and that round was
     /// cut short too).
     pub rerun: bool,
+}
+
+/// [`LeaseStore::renew_many`] one lease after the other, each with
+/// [`LeaseStore::renew`]: for a backend whose SQL cannot renew a batch in
+/// one statement, which then declares so:
+///
+/// ```ignore
+/// async fn renew_many(&self, leases: &[(&str, &str)], lease_ms: i64)
+///     -> Result<Vec<Option<i64>>, BoxError> {
+///     lease_core::renew_each(self, leases, lease_ms).await
+/// }
+/// ```
+///
+/// # Errors
+///
+/// The first renewal's error; the renewals after it are not sent.
+pub async fn renew_each<S: LeaseStore + ?Sized>(
+    store: &S,
+    leases: &[(&str, &str)],
+    lease_ms: i64,
+) -> Result<Vec<Option<i64>>, BoxError> {
+    let mut held = Vec::with_capacity(leases.len());
+    for (name, holder) in leases {
+        held.push(store.renew(name, holder, lease_ms).await?);
+    }
+    Ok(held)
 }
 
 /// A lease row's record of instants, as an instant claim reads it before it

@@ -199,6 +199,15 @@ impl LeaseStore for TestStore {
         }
     }
 
+    /// One renewal after the other: this store has no batch statement.
+    async fn renew_many(
+        &self,
+        leases: &[(&str, &str)],
+        lease_ms: i64,
+    ) -> Result<Vec<Option<i64>>, BoxError> {
+        lease_core::renew_each(self, leases, lease_ms).await
+    }
+
     async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
         let now = self.now();
         let s = self.state.lock().unwrap();
