@@ -1,7 +1,7 @@
 //! The shared protocol suite of `lease-conformance`, run against MySQL or
-//! MariaDB (`LEASE_TEST_MYSQL_URL`): each case on a fresh table of its own.
-//! Tables of earlier runs (prefix `lmc_`, older than ten minutes) are dropped
-//! once per run.
+//! MariaDB (`LEASE_TEST_MYSQL_URL`): each case on a fresh table of its own,
+//! dropped when the case lets go of its store. Tables an interrupted run
+//! left (prefix `lmc_`, older than ten minutes) are dropped once per run.
 
 #![allow(
     clippy::unwrap_used,
@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use lease_conformance::intercept::{Intercepted, PassThrough};
 use lease_core::LeaseStore;
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
@@ -38,7 +39,24 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
         .await
         .expect("connect to LEASE_TEST_MYSQL_URL");
     SWEPT.get_or_init(|| sweep(&store)).await;
-    Some(Arc::new(store))
+    let cleanup = lease_testkit::Cleanup::new(move || async move {
+        let Ok(builder) = MySqlStore::builder(&url) else {
+            return;
+        };
+        let Ok(store) = builder.with_pool_constraints(0, 1).build() else {
+            return;
+        };
+        if let Ok(mut conn) = store.pool().get_conn().await {
+            let quoted = table.replace('`', "``");
+            let _ = conn
+                .query_drop(format!("DROP TABLE IF EXISTS `{quoted}`"))
+                .await;
+            let _ = conn.disconnect().await;
+        }
+    });
+    Some(Arc::new(
+        Intercepted::new(Arc::new(store), PassThrough).keeping(cleanup),
+    ))
 }
 
 /// Drops the tables earlier runs left behind.

@@ -1,6 +1,7 @@
 //! Helpers the workspace's own tests share, written once: unique names for
-//! tables and leases, an error's chain on one line, and a `metrics`
-//! recorder that keeps every sample.
+//! tables and leases, a guard that cleans up after a test (drops its
+//! table), an error's chain on one line, and a `metrics` recorder that keeps
+//! every sample.
 //!
 //! It depends on no crate of the workspace, so that any of them (lease-core
 //! included) can take it as a dev-dependency. It is not published: the
@@ -12,6 +13,8 @@ pub mod metrics;
 
 use std::error::Error;
 use std::fmt::Write as _;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -78,4 +81,69 @@ pub fn chain(err: &dyn Error) -> String {
         source = e.source();
     }
     out
+}
+
+/// An async clean-up (dropping a test's table, say) run to its end when the
+/// guard is dropped, wherever that happens: on a thread of its own, with a
+/// runtime of its own, joined before `drop` returns (a test's runtime may
+/// be shutting down, or be the current-thread one that the clean-up's
+/// connections would need). Give the store it cleans up after to the guard
+/// (`lease_conformance::intercept::Intercepted::keeping`), so that it runs
+/// when the last clone of the store goes.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+///
+/// let done = Arc::new(AtomicBool::new(false));
+/// let flag = done.clone();
+/// drop(lease_testkit::Cleanup::new(move || async move {
+///     flag.store(true, Ordering::SeqCst);
+/// }));
+/// assert!(done.load(Ordering::SeqCst));
+/// ```
+pub struct Cleanup(Option<CleanupFn>);
+
+/// The clean-up a [`Cleanup`] runs.
+type CleanupFn = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+impl Cleanup {
+    /// A guard that runs `cleanup()` when dropped.
+    pub fn new<F, Fut>(cleanup: F) -> Self
+    where
+        F: FnOnce() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Cleanup(Some(Box::new(move || Box::pin(cleanup()))))
+    }
+}
+
+impl std::fmt::Debug for Cleanup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cleanup")
+            .field("pending", &self.0.is_some())
+            .finish()
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(cleanup) = self.0.take() else {
+            return;
+        };
+        let ran = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the clean-up");
+            runtime.block_on(async move {
+                // Bounded: a clean-up must not hang a test run.
+                let _ = tokio::time::timeout(Duration::from_secs(10), cleanup()).await;
+            });
+        })
+        .join();
+        if ran.is_err() {
+            eprintln!("a test clean-up panicked");
+        }
+    }
 }
