@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+mod replication;
 mod schema;
 mod sql;
 mod store;
@@ -11,6 +12,7 @@ mod transaction;
 
 pub use error::PostgresError;
 pub use lease_core::{BoxFuture, GuardError, GuardStatement};
+pub use replication::ReplicationReport;
 pub use sql::DEFAULT_TABLE;
 pub use store::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStore,
