@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Failover trials (issue 15, item 3): a private PostgreSQL primary and a
 # streaming standby under a temporary directory, on ports of their own
-# (5461 and 5462 unless LEASE_FAILOVER_PRIMARY_PORT / _STANDBY_PORT say
-# otherwise): the shared server on 5432 is never touched. For each
+# (5461 and 5462, or the next free pair, unless LEASE_FAILOVER_PRIMARY_PORT /
+# _STANDBY_PORT say otherwise): the shared server on 5432 is never touched. For each
 # replication mode and scenario, a fresh pair is built, the ignored test
 # `a_second_holder_after_failover` (lease-postgres/tests/failover.rs) holds a
 # lease on it, cuts the primary (pg_ctl stop -m immediate), promotes the
@@ -40,12 +40,22 @@ else
   RUN_AS=()
 fi
 
+listening() { "$PGBIN/pg_isready" -h 127.0.0.1 -p "$1" >/dev/null 2>&1 \
+  || (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+if [ -z "${LEASE_FAILOVER_PRIMARY_PORT:-}${LEASE_FAILOVER_STANDBY_PORT:-}" ]; then
+  # A shared machine: the first free pair from 5461 up.
+  while listening "$PRIMARY_PORT" || listening "$STANDBY_PORT"; do
+    PRIMARY_PORT=$((PRIMARY_PORT + 2)); STANDBY_PORT=$((STANDBY_PORT + 2))
+    [ "$PRIMARY_PORT" -lt 5560 ] || { echo "failover.sh: no free pair of ports" >&2; exit 2; }
+  done
+fi
 for port in "$PRIMARY_PORT" "$STANDBY_PORT"; do
-  if "$PGBIN/pg_isready" -h 127.0.0.1 -p "$port" >/dev/null 2>&1; then
+  if listening "$port"; then
     echo "failover.sh: something already listens on port $port" >&2
     exit 2
   fi
 done
+echo "failover.sh: primary on $PRIMARY_PORT, standby on $STANDBY_PORT"
 
 # The test binary, built once.
 cargo test -p lease-postgres --test failover --no-run --quiet
