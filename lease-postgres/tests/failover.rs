@@ -20,8 +20,10 @@
 //!   to the standby);
 //! - `LEASE_FAILOVER_SCENARIO`: `lagging` (the standby stops receiving WAL
 //!   right after the claim has reached it, and the primary goes on alone for
-//!   longer than a lease before it is cut) or `clean` (the primary is cut
-//!   with replication healthy);
+//!   longer than a lease before it is cut: renewals are not replicated),
+//!   `claim` (the standby stops receiving WAL before the claim, and the
+//!   primary is cut right after it: the claim is not replicated) or `clean`
+//!   (the primary is cut with replication healthy);
 //! - `LEASE_FAILOVER_EXPECT`: `safe` (no second holder may appear) or
 //!   `unsafe` (the trial must show one: it has teeth).
 //!
@@ -105,6 +107,30 @@ where
     }
 }
 
+/// Stops the standby's WAL receiver: it is not started again without a
+/// `primary_conninfo`.
+async fn cut_replication(standby: &Client) {
+    standby
+        .batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
+        .await
+        .unwrap();
+    standby
+        .batch_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+    wait_for(
+        "the walreceiver to stop",
+        Duration::from_secs(10),
+        || async move {
+            standby
+                .query_one("SELECT count(*) FROM pg_stat_wal_receiver", &[])
+                .await
+                .is_ok_and(|r| r.get::<_, i64>(0) == 0)
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the primary and standby pair of lease-postgres/tests/failover.sh"]
 async fn a_second_holder_after_failover() {
@@ -114,7 +140,7 @@ async fn a_second_holder_after_failover() {
     let stop_primary = env("LEASE_FAILOVER_STOP_PRIMARY");
     let scenario = env("LEASE_FAILOVER_SCENARIO");
     let expect = env("LEASE_FAILOVER_EXPECT");
-    assert!(matches!(scenario.as_str(), "lagging" | "clean"));
+    assert!(matches!(scenario.as_str(), "lagging" | "clean" | "claim"));
     assert!(matches!(expect.as_str(), "safe" | "unsafe"));
 
     let primary = control(&primary_url).await;
@@ -161,57 +187,71 @@ async fn a_second_holder_after_failover() {
         .with_timings(timings())
         .with_instance("a");
     a_leases.migrate().await.unwrap();
-    let a = a_leases.claim(NAME).await.unwrap().expect("A claims");
-    let shutdown = CancellationToken::new();
-    let a_holder = a.hold(&shutdown);
-    let claimed_at = Instant::now();
-
-    // The claim reaches the standby.
-    let holder = a.holder().to_owned();
-    wait_for("the claim on the standby", Duration::from_secs(10), || {
-        let (standby, holder) = (&standby, &holder);
-        async move { row(standby).await.is_some_and(|(h, _, _)| h == *holder) }
+    wait_for("the table on the standby", Duration::from_secs(10), || {
+        let standby = &standby;
+        async move {
+            standby
+                .query_one(&format!("SELECT to_regclass('{TABLE}') IS NOT NULL"), &[])
+                .await
+                .is_ok_and(|r| r.get::<_, bool>(0))
+        }
     })
     .await;
+    if scenario == "claim" {
+        // The claim itself is not replicated: the standby stops receiving
+        // WAL first, and the primary is cut right after the claim.
+        cut_replication(&standby).await;
+    }
+    let shutdown = CancellationToken::new();
+    // A's claim: with a synchronous standby that receives nothing, its
+    // commit is never acknowledged and the claim fails at its bound.
+    let (a, a_holder) = match a_leases.claim(NAME).await {
+        Ok(Some(a)) => {
+            let holder = a.hold(&shutdown);
+            (Some(a), Some(holder))
+        }
+        Ok(None) => panic!("A's claim of a free name was refused"),
+        Err(e) if scenario == "claim" => {
+            println!("A's claim was not acknowledged: {e}");
+            (None, None)
+        }
+        Err(e) => panic!("A's claim failed: {e}"),
+    };
+    let claimed_at = Instant::now();
+    let holder = a
+        .as_ref()
+        .map(|a| a.holder().to_owned())
+        .unwrap_or_default();
 
-    if scenario == "lagging" {
-        // The standby stops receiving WAL: its walreceiver ends and is not
-        // started again without a primary_conninfo.
-        standby
-            .batch_execute("ALTER SYSTEM SET primary_conninfo = ''")
-            .await
-            .unwrap();
-        standby
-            .batch_execute("SELECT pg_reload_conf()")
-            .await
-            .unwrap();
-        wait_for("the walreceiver to stop", Duration::from_secs(10), || {
-            let standby = &standby;
-            async move {
-                standby
-                    .query_one("SELECT count(*) FROM pg_stat_wal_receiver", &[])
-                    .await
-                    .is_ok_and(|r| r.get::<_, i64>(0) == 0)
-            }
+    if scenario != "claim" {
+        // The claim reaches the standby.
+        wait_for("the claim on the standby", Duration::from_secs(10), || {
+            let (standby, holder) = (&standby, &holder);
+            async move { row(standby).await.is_some_and(|(h, _, _)| h == *holder) }
         })
         .await;
-        let (_, standby_expiry, standby_now) = row(&standby).await.unwrap();
-        println!(
-            "replication cut {} ms after the claim; the standby's copy expires in {} ms",
-            claimed_at.elapsed().as_millis(),
-            standby_expiry - standby_now
-        );
-        // The primary goes on alone for longer than a lease: whatever the
-        // standby holds has expired by the time it is promoted.
-        sleep(timings().lease() + Duration::from_secs(1)).await;
-    } else {
-        sleep(Duration::from_secs(2)).await;
+    }
+    match scenario.as_str() {
+        "lagging" => {
+            cut_replication(&standby).await;
+            let (_, standby_expiry, standby_now) = row(&standby).await.unwrap();
+            println!(
+                "replication cut {} ms after the claim; the standby's copy expires in {} ms",
+                claimed_at.elapsed().as_millis(),
+                standby_expiry - standby_now
+            );
+            // The primary goes on alone for longer than a lease: whatever
+            // the standby holds has expired by the time it is promoted.
+            sleep(timings().lease() + Duration::from_secs(1)).await;
+        }
+        "clean" => sleep(Duration::from_secs(2)).await,
+        _ => {}
     }
     let on_primary = row(&primary).await;
-    let a_lost_before_cut = a.lost();
+    let a_believes = || a.as_ref().is_some_and(|a| !a.lost());
     println!(
         "before the cut: A believes it holds: {}; the primary's row: {}",
-        !a_lost_before_cut,
+        a_believes(),
         on_primary
             .as_ref()
             .map_or("none".to_owned(), |(h, e, n)| format!(
@@ -250,7 +290,7 @@ async fn a_second_holder_after_failover() {
                 if promoted.load(Ordering::SeqCst) {
                     if let Ok(Some(b)) = b_leases.claim(NAME).await {
                         // What A believes at the moment B holds the name.
-                        let a_believes = !a_view.lost();
+                        let a_believes = a_view.as_ref().as_ref().is_some_and(|a| !a.lost());
                         return Some((b, a_believes, Instant::now()));
                     }
                 }
@@ -280,16 +320,19 @@ async fn a_second_holder_after_failover() {
 
     // Let A learn what it will, then stop it.
     sleep(Duration::from_secs(4)).await;
-    let a_end = a_holder.context().cause();
-    a_holder.stop().await;
+    let a_end = a_holder.as_ref().and_then(|h| h.context().cause());
+    if let Some(a_holder) = a_holder {
+        a_holder.stop().await;
+    }
     let a_learned = match a_end {
         Some(EndCause::Lost(LostCause::NotHolder)) => {
-            "a renewal found the name gone (acknowledged renewals were forgotten)"
+            "a renewal found the name gone (the new primary forgot what A was told had committed)"
         }
         Some(EndCause::Lost(LostCause::DeadlineExceeded)) => {
             "stepped down at its deadline (its renewals went unacknowledged)"
         }
         Some(EndCause::Lost(_)) => "lost (another cause)",
+        _ if a.is_none() => "never held the name (its claim was not acknowledged)",
         None | Some(_) => "still holds",
     };
     let second_holder = b.as_ref().is_some_and(|(_, a_believes, _)| *a_believes);
@@ -311,6 +354,8 @@ async fn a_second_holder_after_failover() {
                 (*at - cut_at).as_millis(),
                 if *believes {
                     " while A still believed it held it"
+                } else if a.is_none() {
+                    " (A never held it)"
                 } else {
                     " after A had learned of its loss"
                 }
