@@ -370,6 +370,7 @@ impl PostgresStoreBuilder {
                 .await
                 .map_err(|source| PostgresError::Connect { server, source })?,
         );
+        crate::replication::warn_if_unsafe(&store).await;
         Ok(store)
     }
 }

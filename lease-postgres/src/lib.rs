@@ -3,6 +3,7 @@
 
 mod builder;
 mod error;
+mod replication;
 mod schema;
 mod sql;
 mod store;
@@ -15,6 +16,7 @@ pub use builder::{
 };
 pub use error::PostgresError;
 pub use lease_core::{BoxFuture, GuardError, GuardStatement};
+pub use replication::ReplicationReport;
 pub use sql::{DEFAULT_TABLE, StatementMode};
 pub use store::PostgresStore;
 pub use tls::SslMode;
