@@ -196,6 +196,9 @@ impl LeaseStore for PhantomClaimStore {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
         self.inner.classify(error)
     }
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        self.inner.guard_statement()
+    }
 }
 
 #[cfg(test)]

@@ -117,14 +117,14 @@ impl ConnectError {
 
 /// The database a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dialect {
+enum UrlDialect {
     Sqlite,
     Postgres,
     MySql,
     ClickHouse,
 }
 
-fn backend_of(url: &str) -> Result<(Dialect, String), ConnectError> {
+fn backend_of(url: &str) -> Result<(UrlDialect, String), ConnectError> {
     let scheme = match url.split_once(':') {
         Some((scheme, _)) if !scheme.is_empty() => scheme.to_ascii_lowercase(),
         _ => {
@@ -134,10 +134,10 @@ fn backend_of(url: &str) -> Result<(Dialect, String), ConnectError> {
         }
     };
     let backend = match scheme.as_str() {
-        "sqlite" => Dialect::Sqlite,
-        "postgres" | "postgresql" => Dialect::Postgres,
-        "mysql" | "mariadb" => Dialect::MySql,
-        "clickhouse" | "clickhouses" => Dialect::ClickHouse,
+        "sqlite" => UrlDialect::Sqlite,
+        "postgres" | "postgresql" => UrlDialect::Postgres,
+        "mysql" | "mariadb" => UrlDialect::MySql,
+        "clickhouse" | "clickhouses" => UrlDialect::ClickHouse,
         _ => return Err(ConnectError::UnknownScheme { scheme }),
     };
     Ok((backend, scheme))
@@ -223,12 +223,12 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
     let (backend, scheme) = backend_of(url)?;
     match backend {
-        Dialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
+        UrlDialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        Dialect::Sqlite => open_sqlite(url, scheme),
-        Dialect::Postgres => open_postgres(url, scheme).await,
-        Dialect::MySql => open_mysql(url, scheme).await,
+        UrlDialect::Sqlite => open_sqlite(url, scheme),
+        UrlDialect::Postgres => open_postgres(url, scheme).await,
+        UrlDialect::MySql => open_mysql(url, scheme).await,
     }
 }
 
@@ -434,9 +434,9 @@ mod tests {
 
     #[tokio::test]
     async fn schemes_are_case_insensitive() {
-        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, Dialect::Postgres);
-        assert_eq!(backend_of("MariaDB://x").unwrap().0, Dialect::MySql);
-        assert_eq!(backend_of("sqlite::memory:").unwrap().0, Dialect::Sqlite);
+        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, UrlDialect::Postgres);
+        assert_eq!(backend_of("MariaDB://x").unwrap().0, UrlDialect::MySql);
+        assert_eq!(backend_of("sqlite::memory:").unwrap().0, UrlDialect::Sqlite);
     }
 
     #[cfg(not(feature = "postgres"))]
