@@ -434,7 +434,10 @@ mod tests {
 
     #[tokio::test]
     async fn schemes_are_case_insensitive() {
-        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, UrlDialect::Postgres);
+        assert_eq!(
+            backend_of("PostgreSQL://x").unwrap().0,
+            UrlDialect::Postgres
+        );
         assert_eq!(backend_of("MariaDB://x").unwrap().0, UrlDialect::MySql);
         assert_eq!(backend_of("sqlite::memory:").unwrap().0, UrlDialect::Sqlite);
     }
