@@ -5,6 +5,8 @@ mod error;
 mod schema;
 mod sql;
 mod store;
+#[doc(hidden)]
+pub mod texts;
 mod tls;
 mod token;
 mod transaction;

@@ -9,6 +9,10 @@
 //! - a guard on a lost lease runs no business statement;
 //! - rollback on the work's error, on its panic, on the context's end;
 //! - `fenced` (a transaction the caller began) and `guard` (the bare fence).
+//!
+//! On PostgreSQL the holder's leases are on the sqlx pool itself
+//! ([`lease_sqlx::PgLeaseStore`]) and its rival's on `lease-postgres`'s
+//! store, sharing the table.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
@@ -435,14 +439,16 @@ mod postgres {
                 .await
                 .unwrap()
         };
-        let store = connect().await;
-        store.migrate().await.unwrap();
-        let rival = connect().await;
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(8)
             .connect(&url)
             .await
             .unwrap();
+        // The holder keeps its leases on the sqlx pool (PgLeaseStore), the
+        // rival replica on lease-postgres's store: one table, one fence.
+        let store = lease_sqlx::PgLeaseStore::with_table(pool.clone(), &leases_table).unwrap();
+        store.migrate().await.unwrap();
+        let rival = connect().await;
         let mut sql = sql(
             &table,
             format!("CREATE TABLE {table} (id serial PRIMARY KEY, term bigint NOT NULL)"),
