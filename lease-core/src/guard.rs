@@ -47,6 +47,19 @@
 //! | PostgreSQL | `SELECT ... FOR KEY SHARE OF l` in a `READ COMMITTED` transaction | takes `FOR UPDATE` on the row (`INSERT ... ON CONFLICT DO UPDATE`, `SELECT ... FOR UPDATE`): conflicts, **waits** | `UPDATE` of non-key columns takes `FOR NO KEY UPDATE`: does not conflict, never held up |
 //! | MariaDB / MySQL (InnoDB) | `SELECT ... LOCK IN SHARE MODE` (a shared record lock) | any write to the row takes an exclusive lock: **waits** | wait too: InnoDB has no key-share level. Keep a guarded transaction shorter than the local deadline minus the renew interval (8 s with the default timings) |
 //! | SQLite | the transaction is `BEGIN IMMEDIATE`: the database file's write lock | every claim writes: **waits** (up to the busy timeout) | wait too, on the store's one connection: keep it shorter than half the local deadline |
+//! | any of the three through sqlx (`lease-sqlx`) or another driver | the same guard statement ([`GuardStatement`]), so the same lock; on SQLite the statement is a write (`UPDATE ... SET term = term`), which takes the file's write lock even after a deferred `BEGIN` | the same: **waits** | the same as the native row above |
+//!
+//! Where the drivers differ is only what happens to a statement still
+//! running when the lease context ends: `lease-postgres` sends a cancel
+//! request and closes the connection, `lease-mysql` kills the connection
+//! (`KILL CONNECTION`) when the rollback does not go through at once,
+//! `lease-sqlite` interrupts it; sqlx has no cancel request, so
+//! `lease-sqlx` drops the transaction (its `ROLLBACK` runs as soon as the
+//! statement ends). In every case nothing commits; the lock lasts until
+//! the server has let go of the statement. Behind PgBouncer in transaction
+//! pooling mode the cancel request may not reach the server
+//! (`lease-postgres`'s tests run there in CI): the statement then runs to
+//! its end before the rollback.
 //!
 //! # What fencing covers, and what it does not
 //!
@@ -115,6 +128,17 @@
 //! ```
 //!
 //! Every writer of the file waits, on this table or any other.
+//!
+//! In short, per backend, who waits for a guarded transaction:
+//!
+//! | claimant | PostgreSQL | MariaDB / MySQL | SQLite |
+//! | --- | --- | --- | --- |
+//! | this project's claims (`claim`, `claim_slot`, `claim_rerun`), any store | waits | waits | waits |
+//! | a foreign `SELECT ... FOR UPDATE` of the row, then its `UPDATE` | waits | waits | waits |
+//! | a foreign plain `UPDATE ... SET holder = ..., term = term + 1` | **not fenced** | waits | waits |
+//! | a foreign `INSERT ... ON CONFLICT / ON DUPLICATE KEY UPDATE` | **not fenced** | waits | waits |
+//! | a foreign `DELETE` of the row, or an `UPDATE` of `name` | waits (a key change takes `FOR UPDATE`) | waits | waits |
+//! | the holder's own renewal | not held up | waits | waits |
 //!
 //! What no fence covers: effects outside the database (a message sent, a
 //! file written) and writes made outside the guarded transaction; a holder
