@@ -1,5 +1,9 @@
 //! What each sqlx database needs: how to run the guard, how to classify
 //! its errors.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+    allow(unused)
+)]
 
 use lease_core::{BoxFuture, DbErrorKind, Dialect, GuardParams};
 

@@ -3,6 +3,7 @@
 //! each case on a fresh table of its own (prefix `lsq_`; a later run drops
 //! those older than ten minutes).
 
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::sync::Arc;

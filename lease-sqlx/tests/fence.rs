@@ -14,6 +14,7 @@
 //! ([`lease_sqlx::PgLeaseStore`]) and its rival's on `lease-postgres`'s
 //! store, sharing the table.
 
+#![cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::sync::Arc;

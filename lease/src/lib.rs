@@ -17,6 +17,11 @@ pub use lease_scheduler as scheduler;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use lease_sqlite as sqlite;
+/// Fenced sqlx transactions (the `lease-sqlx` crate), for the backends
+/// enabled beside it.
+#[cfg(feature = "sqlx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+pub use lease_sqlx as sqlx;
 
 /// The environment variable [`from_env`] reads the database URL from.
 pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
