@@ -5,6 +5,8 @@ mod error;
 mod schema;
 mod sql;
 mod store;
+#[doc(hidden)]
+pub mod texts;
 
 pub use error::SqliteError;
 pub use store::{DEFAULT_BUSY_TIMEOUT, SqliteStore, SqliteStoreBuilder, Synchronous};

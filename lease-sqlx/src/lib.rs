@@ -5,12 +5,16 @@ mod dialect;
 mod fence;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use dialect::FenceDatabase;
 pub use fence::{dialect_of, fenced, guard, guard_with, transaction};
 pub use lease_core::{BoxFuture, Dialect, GuardError, GuardStatement};
 #[cfg(feature = "postgres")]
 pub use postgres::PgLeaseStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteLeaseStore;
 
 /// The sqlx this crate is built on, re-exported so that an application names
 /// the same version.

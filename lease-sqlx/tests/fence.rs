@@ -10,9 +10,9 @@
 //! - rollback on the work's error, on its panic, on the context's end;
 //! - `fenced` (a transaction the caller began) and `guard` (the bare fence).
 //!
-//! On PostgreSQL the holder's leases are on the sqlx pool itself
-//! ([`lease_sqlx::PgLeaseStore`]) and its rival's on `lease-postgres`'s
-//! store, sharing the table.
+//! On PostgreSQL and SQLite the holder's leases are on the sqlx pool
+//! itself ([`lease_sqlx::PgLeaseStore`], [`lease_sqlx::SqliteLeaseStore`])
+//! and its rival's on the backend crate's store, sharing the table.
 
 #![cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
@@ -541,11 +541,9 @@ mod sqlite {
                 .open()
                 .unwrap()
         };
-        let store = open();
-        store.migrate().await.unwrap();
-        let rival = open();
         let options = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(&path)
+            .create_if_missing(true)
             .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(5));
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -553,6 +551,11 @@ mod sqlite {
             .connect_with(options)
             .await
             .unwrap();
+        // As on PostgreSQL: the holder's leases on the sqlx pool, the
+        // rival's on lease-sqlite's store, one table.
+        let store = lease_sqlx::SqliteLeaseStore::new(pool.clone());
+        store.migrate().await.unwrap();
+        let rival = open();
         let mut sql = sql(
             &table,
             format!("CREATE TABLE {table} (id INTEGER PRIMARY KEY, term INTEGER NOT NULL)"),
