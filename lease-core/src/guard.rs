@@ -57,9 +57,10 @@
 //! `lease-sqlx` drops the transaction (its `ROLLBACK` runs as soon as the
 //! statement ends). In every case nothing commits; the lock lasts until
 //! the server has let go of the statement. Behind PgBouncer in transaction
-//! pooling mode the cancel request may not reach the server
-//! (`lease-postgres`'s tests run there in CI): the statement then runs to
-//! its end before the rollback.
+//! pooling mode the cancel request goes through PgBouncer, which 1.18 (the
+//! version in Debian 12) may crash on when the requesting socket closes
+//! first; `lease-postgres`'s guard tests run through PgBouncer in CI
+//! without that case.
 //!
 //! # What fencing covers, and what it does not
 //!
