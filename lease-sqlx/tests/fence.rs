@@ -7,6 +7,7 @@
 //!   commits after a successor's claim (20 trials, 0 stale commits), and the
 //!   successor's claim waits for it, then wins with term + 1;
 //! - a guard on a lost lease runs no business statement;
+//! - on PostgreSQL, the holder's own renewals pass its guarded transaction;
 //! - rollback on the work's error, on its panic, on the context's end;
 //! - `fenced` (a transaction the caller began) and `guard` (the bare fence).
 //!
@@ -472,6 +473,55 @@ mod postgres {
     mod scenarios {
         use super::open;
         scenarios!(sqlx::Postgres, open);
+    }
+
+    /// On PostgreSQL a sqlx-guarded transaction holds `FOR KEY SHARE`: the
+    /// holder's own renewals and release (through `PgLeaseStore`, on the
+    /// same pool) pass it, and a rival's refused claim is not held up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_holders_own_renewals_are_not_held_up() {
+        let Some(env) = open("renewals").await else {
+            return;
+        };
+        let leases = Leases::from_arc(env.store.clone());
+        let rivals = Leases::from_arc(env.rival.clone());
+        let h = leases.claim("busy").await.unwrap().unwrap();
+        let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+        let (open_tx, opened) = tokio::sync::oneshot::channel();
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        let guarded = {
+            let pool = env.pool.clone();
+            tokio::spawn(async move {
+                lease_sqlx::transaction(&pool, &ctx, move |_tx| {
+                    Box::pin(async move {
+                        let _ = open_tx.send(());
+                        let _ = done.await;
+                        Ok::<_, sqlx::Error>(())
+                    })
+                })
+                .await
+            })
+        };
+        opened.await.unwrap();
+        let bound = Duration::from_millis(500);
+        for _ in 0..3 {
+            tokio::time::timeout(bound, h.renew())
+                .await
+                .expect("a renewal waited for the holder's own transaction")
+                .unwrap();
+        }
+        let rival = tokio::time::timeout(bound, rivals.claim("busy"))
+            .await
+            .expect("a refused claim waited for the holder's transaction")
+            .unwrap();
+        assert!(rival.is_none());
+        tokio::time::timeout(bound, h.release())
+            .await
+            .expect("the release waited for the holder's own transaction")
+            .unwrap();
+        done_tx.send(()).unwrap();
+        guarded.await.unwrap().unwrap();
+        env.teardown().await;
     }
 }
 
