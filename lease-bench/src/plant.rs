@@ -252,6 +252,9 @@ impl LeaseStore for PlantedStore {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
         self.inner.classify(error)
     }
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        self.inner.guard_statement()
+    }
 }
 
 #[cfg(test)]

@@ -183,4 +183,7 @@ impl<I: Intercept> LeaseStore for Intercepted<I> {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
         self.inner.classify(error)
     }
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        self.inner.guard_statement()
+    }
 }

@@ -47,6 +47,20 @@
 //! | PostgreSQL | `SELECT ... FOR KEY SHARE OF l` in a `READ COMMITTED` transaction | takes `FOR UPDATE` on the row (`INSERT ... ON CONFLICT DO UPDATE`, `SELECT ... FOR UPDATE`): conflicts, **waits** | `UPDATE` of non-key columns takes `FOR NO KEY UPDATE`: does not conflict, never held up |
 //! | MariaDB / MySQL (InnoDB) | `SELECT ... LOCK IN SHARE MODE` (a shared record lock) | any write to the row takes an exclusive lock: **waits** | wait too: InnoDB has no key-share level. Keep a guarded transaction shorter than the local deadline minus the renew interval (8 s with the default timings) |
 //! | SQLite | the transaction is `BEGIN IMMEDIATE`: the database file's write lock | every claim writes: **waits** (up to the busy timeout) | wait too, on the store's one connection: keep it shorter than half the local deadline |
+//! | any of the three through sqlx (`lease-sqlx`) or another driver | the same guard statement ([`GuardStatement`]), so the same lock; on SQLite the statement is a write (`UPDATE ... SET term = term`), which takes the file's write lock even after a deferred `BEGIN` | the same: **waits** | the same as the native row above |
+//!
+//! Where the drivers differ is only what happens to a statement still
+//! running when the lease context ends: `lease-postgres` sends a cancel
+//! request and closes the connection, `lease-mysql` kills the connection
+//! (`KILL CONNECTION`) when the rollback does not go through at once,
+//! `lease-sqlite` interrupts it; sqlx has no cancel request, so
+//! `lease-sqlx` drops the transaction (its `ROLLBACK` runs as soon as the
+//! statement ends). In every case nothing commits; the lock lasts until
+//! the server has let go of the statement. Behind PgBouncer in transaction
+//! pooling mode the cancel request goes through PgBouncer, which 1.18 (the
+//! version in Debian 12) may crash on when the requesting socket closes
+//! first; `lease-postgres`'s guard tests run through PgBouncer in CI
+//! without that case.
 //!
 //! # What fencing covers, and what it does not
 //!
@@ -116,6 +130,17 @@
 //!
 //! Every writer of the file waits, on this table or any other.
 //!
+//! In short, per backend, who waits for a guarded transaction:
+//!
+//! | claimant | PostgreSQL | MariaDB / MySQL | SQLite |
+//! | --- | --- | --- | --- |
+//! | this project's claims (`claim`, `claim_slot`, `claim_rerun`), any store | waits | waits | waits |
+//! | a foreign `SELECT ... FOR UPDATE` of the row, then its `UPDATE` | waits | waits | waits |
+//! | a foreign plain `UPDATE ... SET holder = ..., term = term + 1` | **not fenced** | waits | waits |
+//! | a foreign `INSERT ... ON CONFLICT / ON DUPLICATE KEY UPDATE` | **not fenced** | waits | waits |
+//! | a foreign `DELETE` of the row, or an `UPDATE` of `name` | waits (a key change takes `FOR UPDATE`) | waits | waits |
+//! | the holder's own renewal | not held up | waits | waits |
+//!
 //! What no fence covers: effects outside the database (a message sent, a
 //! file written) and writes made outside the guarded transaction; a holder
 //! that commits before its lease runs out and does more afterwards; a
@@ -127,8 +152,16 @@
 //! # Any other driver
 //!
 //! [`GuardStatement`] gives each dialect's guard as SQL and says how to run
-//! it by hand (`store.guard_statement()` on each backend): diesel, sqlx or
-//! a raw driver runs it as the first statement of its own transaction.
+//! it by hand: diesel or a raw driver runs it as the first statement of its
+//! own transaction. A handle answers the statement of the store it was
+//! claimed on, [`Handle::guard_statement`] (through the optional
+//! [`LeaseStore::guard_statement`](crate::LeaseStore::guard_statement),
+//! which each backend's store answers; `store.guard_statement()` and the
+//! facade's `Backend::guard_statement()` give the same), with its
+//! [`Dialect`] and its parameters ([`GuardStatement::params`]). The
+//! `lease-sqlx` crate does all of it for sqlx: `lease_sqlx::transaction`
+//! keeps this module's contract on a sqlx pool, `lease_sqlx::guard` fences
+//! a `sqlx::Transaction` of the caller's.
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
@@ -342,15 +375,70 @@ impl<E: StdError + 'static> StdError for GuardError<E> {
 /// do (stop before the local deadline).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardStatement {
+    dialect: Dialect,
     begin: &'static str,
     sql: String,
 }
 
+/// The SQL dialect a [`GuardStatement`] is written in: which database it
+/// runs on, and so which placeholders it uses and which locks it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// PostgreSQL: `$1 $2 $3`, the row locked `FOR KEY SHARE`.
+    Postgres,
+    /// MySQL or MariaDB (InnoDB): `? ? ?`, a shared record lock.
+    MySql,
+    /// SQLite: `?1 ?2 ?3`, the database file's write lock.
+    Sqlite,
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::MySql => "MySQL",
+            Dialect::Sqlite => "SQLite",
+        })
+    }
+}
+
 impl GuardStatement {
-    /// A guard statement. For backends.
+    /// A guard statement, its dialect told by the statement that opens the
+    /// transaction: `BEGIN IMMEDIATE` SQLite, `START TRANSACTION` MySQL,
+    /// anything else PostgreSQL. For backends; see [`with_dialect`](Self::with_dialect).
     #[must_use]
     pub fn new(begin: &'static str, sql: String) -> Self {
-        GuardStatement { begin, sql }
+        let dialect = if begin.eq_ignore_ascii_case("BEGIN IMMEDIATE") {
+            Dialect::Sqlite
+        } else if begin.eq_ignore_ascii_case("START TRANSACTION") {
+            Dialect::MySql
+        } else {
+            Dialect::Postgres
+        };
+        GuardStatement {
+            dialect,
+            begin,
+            sql,
+        }
+    }
+
+    /// A guard statement of `dialect`. For backends.
+    #[must_use]
+    pub fn with_dialect(dialect: Dialect, begin: &'static str, sql: String) -> Self {
+        GuardStatement {
+            dialect,
+            begin,
+            sql,
+        }
+    }
+
+    /// The dialect: the database the statement must run on. A driver
+    /// integration (`lease-sqlx`) checks it against its connection's, so
+    /// that a guard is never run on a database that does not hold the lease.
+    #[must_use]
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     /// The statement that opens the transaction: `BEGIN` on PostgreSQL,
@@ -380,6 +468,34 @@ impl GuardStatement {
     }
 }
 
+impl Handle {
+    /// The guard statement of the store this handle was claimed on, for
+    /// fencing a transaction of another driver (diesel, sqlx, a raw
+    /// driver) under this lease: `None` when the store offers none
+    /// ([`LeaseStore::guard_statement`](crate::LeaseStore::guard_statement);
+    /// the three backends of this workspace and `lease-sqlx`'s stores do).
+    /// Bind [`GuardStatement::params`] of this handle:
+    ///
+    /// ```no_run
+    /// # fn example(handle: &lease_core::Handle) {
+    /// if let Some(guard) = handle.guard_statement() {
+    ///     let p = guard.params(handle);
+    ///     // your driver: guard.begin(), then guard.sql() with
+    ///     // (p.name, p.holder, p.term) as the first statement; no row: stop.
+    ///     let _ = (guard.sql(), p.name, p.holder, p.term);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// The statement names the store's own table, so it must run on the
+    /// database that holds the lease table: a fence on another database
+    /// fences nothing.
+    #[must_use]
+    pub fn guard_statement(&self) -> Option<GuardStatement> {
+        self.leases().store().guard_statement()
+    }
+}
+
 /// The parameters of a [`GuardStatement`], in the order they bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuardParams<'h> {
@@ -394,6 +510,39 @@ pub struct GuardParams<'h> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dialect_follows_the_opening_statement() {
+        let sql = || "SELECT 1".to_owned();
+        assert_eq!(
+            GuardStatement::new("BEGIN", sql()).dialect(),
+            Dialect::Postgres
+        );
+        assert_eq!(
+            GuardStatement::new("START TRANSACTION", sql()).dialect(),
+            Dialect::MySql
+        );
+        assert_eq!(
+            GuardStatement::new("BEGIN IMMEDIATE", sql()).dialect(),
+            Dialect::Sqlite
+        );
+        let given = GuardStatement::with_dialect(Dialect::MySql, "BEGIN", sql());
+        assert_eq!(given.dialect(), Dialect::MySql);
+        assert_eq!(given.begin(), "BEGIN");
+        assert_eq!(Dialect::Sqlite.to_string(), "SQLite");
+    }
+
+    #[tokio::test]
+    async fn a_handle_answers_its_stores_guard_statement() {
+        use crate::memtable::MemTable;
+        let leases = crate::Leases::new(MemTable::new());
+        let handle = leases.claim("job").await.unwrap().unwrap();
+        // The test table offers no guard: the trait's default.
+        assert_eq!(handle.guard_statement(), None);
+        let statement = GuardStatement::new("BEGIN", "SELECT $1, $2, $3".to_owned());
+        let p = statement.params(&handle);
+        assert_eq!((p.name, p.holder, p.term), ("job", handle.holder(), 1));
+    }
 
     #[test]
     fn boxed_keeps_the_works_error_and_the_kind() {

@@ -28,7 +28,7 @@ mod testing;
 pub use capability::RELEASE_TIMEOUT;
 pub use context::{EndCause, LeaseContext};
 pub use error::{BoxError, DbErrorKind, Error, LostCause, NameError, Op, Result};
-pub use guard::{BoxFuture, GuardError, GuardParams, GuardStatement};
+pub use guard::{BoxFuture, Dialect, GuardError, GuardParams, GuardStatement};
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
 pub use leader::{

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::{BoxError, DbErrorKind};
+use crate::guard::GuardStatement;
 use crate::info::LeaseInfo;
 
 /// The protocol's statements, implemented once per database.
@@ -271,6 +272,15 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
         let _ = error;
         DbErrorKind::Unclassified
     }
+
+    /// The guard statement of this store's dialect and table, for fencing a
+    /// transaction of another driver: see [`crate::guard`]. What
+    /// [`Handle::guard_statement`](crate::Handle::guard_statement) answers.
+    /// The default, `None`, says the store offers no guard (a store whose
+    /// claims take no lock a guard could conflict with).
+    fn guard_statement(&self) -> Option<GuardStatement> {
+        None
+    }
 }
 
 /// What a claim asks for: `name`, for the holder token `holder` of the
@@ -528,5 +538,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
         (**self).classify(error)
+    }
+
+    fn guard_statement(&self) -> Option<GuardStatement> {
+        (**self).guard_statement()
     }
 }

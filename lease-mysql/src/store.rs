@@ -370,6 +370,10 @@ impl LeaseStore for MySqlStore {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
         crate::error::classify(error)
     }
+
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        Some(Self::guard_statement(self))
+    }
 }
 
 /// The columns of `get` and `list`, as the driver reads them.

@@ -7,6 +7,8 @@ mod replication;
 mod schema;
 mod sql;
 mod store;
+#[doc(hidden)]
+pub mod texts;
 mod tls;
 mod transaction;
 

@@ -392,6 +392,10 @@ impl LeaseStore for PostgresStore {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
         crate::error::classify(error)
     }
+
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        Some(Self::guard_statement(self))
+    }
 }
 
 /// A row of `get` or `list`.

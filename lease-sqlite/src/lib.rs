@@ -7,6 +7,8 @@ mod error;
 mod schema;
 mod sql;
 mod store;
+#[doc(hidden)]
+pub mod texts;
 mod transaction;
 
 pub use builder::{DEFAULT_BUSY_TIMEOUT, SCHEMES, SqliteStoreBuilder, Synchronous};

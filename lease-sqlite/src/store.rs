@@ -319,4 +319,8 @@ impl LeaseStore for SqliteStore {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
         crate::error::classify(error)
     }
+
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        Some(Self::guard_statement(self))
+    }
 }

@@ -280,4 +280,7 @@ impl LeaseStore for Recording {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
         self.inner.classify(error)
     }
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        LeaseStore::guard_statement(&self.inner)
+    }
 }

@@ -17,6 +17,11 @@ pub use lease_scheduler as scheduler;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use lease_sqlite as sqlite;
+/// Fenced sqlx transactions (the `lease-sqlx` crate), for the backends
+/// enabled beside it.
+#[cfg(feature = "sqlx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+pub use lease_sqlx as sqlx;
 
 /// The environment variable [`from_env`] reads the database URL from.
 pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
@@ -126,14 +131,14 @@ const DISABLED_SCHEMES: (&[&str], &[&str], &[&str]) = (
 
 /// The database a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dialect {
+enum UrlDialect {
     Sqlite,
     Postgres,
     MySql,
     ClickHouse,
 }
 
-fn backend_of(url: &str) -> Result<(Dialect, String), ConnectError> {
+fn backend_of(url: &str) -> Result<(UrlDialect, String), ConnectError> {
     let scheme = match url.split_once(':') {
         Some((scheme, _)) if !scheme.is_empty() => scheme.to_ascii_lowercase(),
         _ => {
@@ -144,17 +149,17 @@ fn backend_of(url: &str) -> Result<(Dialect, String), ConnectError> {
     };
     let backend = match scheme.as_str() {
         #[cfg(feature = "sqlite")]
-        s if lease_sqlite::SCHEMES.contains(&s) => Dialect::Sqlite,
+        s if lease_sqlite::SCHEMES.contains(&s) => UrlDialect::Sqlite,
         #[cfg(feature = "postgres")]
-        s if lease_postgres::SCHEMES.contains(&s) => Dialect::Postgres,
+        s if lease_postgres::SCHEMES.contains(&s) => UrlDialect::Postgres,
         #[cfg(feature = "mysql")]
-        s if lease_mysql::SCHEMES.contains(&s) => Dialect::MySql,
+        s if lease_mysql::SCHEMES.contains(&s) => UrlDialect::MySql,
         // The schemes of the backends this build leaves out, to say which
         // feature turns them on (a test checks they are the crates' own).
-        s if DISABLED_SCHEMES.0.contains(&s) => Dialect::Sqlite,
-        s if DISABLED_SCHEMES.1.contains(&s) => Dialect::Postgres,
-        s if DISABLED_SCHEMES.2.contains(&s) => Dialect::MySql,
-        "clickhouse" | "clickhouses" => Dialect::ClickHouse,
+        s if DISABLED_SCHEMES.0.contains(&s) => UrlDialect::Sqlite,
+        s if DISABLED_SCHEMES.1.contains(&s) => UrlDialect::Postgres,
+        s if DISABLED_SCHEMES.2.contains(&s) => UrlDialect::MySql,
+        "clickhouse" | "clickhouses" => UrlDialect::ClickHouse,
         _ => return Err(ConnectError::UnknownScheme { scheme }),
     };
     Ok((backend, scheme))
@@ -240,12 +245,12 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
     let (backend, scheme) = backend_of(url)?;
     match backend {
-        Dialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
+        UrlDialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        Dialect::Sqlite => open_sqlite(url, scheme).await,
-        Dialect::Postgres => open_postgres(url, scheme).await,
-        Dialect::MySql => open_mysql(url, scheme).await,
+        UrlDialect::Sqlite => open_sqlite(url, scheme).await,
+        UrlDialect::Postgres => open_postgres(url, scheme).await,
+        UrlDialect::MySql => open_mysql(url, scheme).await,
     }
 }
 
@@ -462,9 +467,12 @@ mod tests {
 
     #[tokio::test]
     async fn schemes_are_case_insensitive() {
-        assert_eq!(backend_of("PostgreSQL://x").unwrap().0, Dialect::Postgres);
-        assert_eq!(backend_of("MariaDB://x").unwrap().0, Dialect::MySql);
-        assert_eq!(backend_of("sqlite::memory:").unwrap().0, Dialect::Sqlite);
+        assert_eq!(
+            backend_of("PostgreSQL://x").unwrap().0,
+            UrlDialect::Postgres
+        );
+        assert_eq!(backend_of("MariaDB://x").unwrap().0, UrlDialect::MySql);
+        assert_eq!(backend_of("sqlite::memory:").unwrap().0, UrlDialect::Sqlite);
     }
 
     #[cfg(not(feature = "postgres"))]

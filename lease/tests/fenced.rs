@@ -219,7 +219,18 @@ enum RawTx {
 }
 
 async fn raw_guard(backend: &Backend, handle: &dblease::Handle) -> (RawTx, Option<i64>) {
-    let stmt = backend.guard_statement();
+    // The handle answers its store's statement: a driver that has only the
+    // handle needs nothing else.
+    let stmt = handle
+        .guard_statement()
+        .expect("the backends' stores offer a guard statement");
+    assert_eq!(stmt, backend.guard_statement());
+    let expected = match backend.name() {
+        "postgres" => dblease::Dialect::Postgres,
+        "mysql" => dblease::Dialect::MySql,
+        _ => dblease::Dialect::Sqlite,
+    };
+    assert_eq!(stmt.dialect(), expected);
     let p = stmt.params(handle);
     match backend {
         #[cfg(feature = "sqlite")]

@@ -463,6 +463,10 @@ impl LeaseStore for Recording {
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
         self.inner.classify(error)
     }
+
+    fn guard_statement(&self) -> Option<dblease::GuardStatement> {
+        self.inner.guard_statement()
+    }
 }
 
 /// The database's side of the measurement: counters, and the least time

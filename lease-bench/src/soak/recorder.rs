@@ -299,4 +299,8 @@ impl LeaseStore for RecordingStore {
             self.inner.classify(error)
         }
     }
+
+    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
+        self.inner.guard_statement()
+    }
 }

@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod dialect;
+mod fence;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub use dialect::FenceDatabase;
+pub use fence::{dialect_of, fenced, guard, guard_with, transaction};
+pub use lease_core::{BoxFuture, Dialect, GuardError, GuardStatement};
+#[cfg(feature = "postgres")]
+pub use postgres::PgLeaseStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteLeaseStore;
+
+/// The sqlx this crate is built on, re-exported so that an application names
+/// the same version.
+pub use sqlx;
