@@ -248,7 +248,7 @@ impl PostgresStoreBuilder {
     /// Builds the store. It does not connect: the pool opens connections as
     /// the store needs them (see [`connect`](Self::connect) to open one
     /// now), and it does not create the table (see
-    /// [`LeaseStore::migrate`]).
+    /// [`LeaseStore::migrate`](lease_core::LeaseStore::migrate)).
     ///
     /// # Errors
     ///

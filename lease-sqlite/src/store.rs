@@ -23,7 +23,7 @@ use crate::sql::{
 /// runs them back to back. Several
 /// stores, in one process or in many, can share a file: each statement that
 /// writes takes SQLite's write lock, waiting up to the
-/// [busy timeout](SqliteStoreBuilder::with_busy_timeout) for it, and the instant
+/// [busy timeout](crate::SqliteStoreBuilder::with_busy_timeout) for it, and the instant
 /// claim reads and writes inside one `BEGIN IMMEDIATE` transaction.
 ///
 /// Files are opened in WAL journal mode, so readers never wait for the
