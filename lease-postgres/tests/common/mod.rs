@@ -71,8 +71,11 @@ pub async fn sweep(store: &PostgresStore) {
     SWEPT
         .get_or_init(|| async {
             let client = store.pool().get().await.unwrap();
+            // An unnamed statement: behind a transaction pooler (PgBouncer),
+            // a named one would stay on a server connection that other
+            // clients then share.
             let rows = client
-                .query(
+                .query_typed(
                     "SELECT tablename::text FROM pg_tables \
                      WHERE schemaname = current_schema() AND tablename LIKE 'lpt\\_%'",
                     &[],
