@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use lease_core::{
     BoxError, ClaimRequest, DbErrorKind, Finished, GuardStatement, LeaseInfo, LeaseStore,
-    SlotClaim, SupersededSlot, UnfinishedRow,
+    SlotClaim, SlotRecord, UnfinishedRow,
 };
 use lease_sqlite::texts::SqlTexts;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
@@ -230,11 +230,13 @@ impl LeaseStore for SqliteLeaseStore {
             }
             Some(row) => {
                 let old_term: i64 = row.try_get(0)?;
-                let old_slot: i64 = row.try_get(1)?;
-                let old_unfinished: i64 = row.try_get(2)?;
-                let old_rerun: i64 = row.try_get(3)?;
+                let record = SlotRecord {
+                    slot_ms: row.try_get(1)?,
+                    unfinished_slot_ms: row.try_get(2)?,
+                    rerun_slot_ms: row.try_get(3)?,
+                };
                 let expired: bool = row.try_get(4)?;
-                if expired && slot_ms > old_slot {
+                if record.claimable(expired, slot_ms) {
                     let updated = self
                         .q(&self.sql.slot_update)
                         .bind(name)
@@ -246,13 +248,9 @@ impl LeaseStore for SqliteLeaseStore {
                         .execute(&mut *tx)
                         .await?;
                     if updated.rows_affected() == 1 {
-                        let given_up = old_slot != 0 && old_unfinished == old_slot;
                         SlotClaim::Claimed {
                             term: term(old_term.saturating_add(1))?,
-                            superseded: given_up.then_some(SupersededSlot {
-                                slot_ms: old_slot,
-                                rerun: old_rerun == old_slot,
-                            }),
+                            superseded: record.superseded(),
                         }
                     } else {
                         SlotClaim::Refused

@@ -10,7 +10,7 @@ use crate::stats::{Latency, Summary};
 
 /// Runs `op` on `workers` workers for `time`; each call gets its worker's
 /// index.
-pub(crate) async fn cell<F, Fut>(workers: usize, time: Duration, op: F) -> Summary
+pub async fn cell<F, Fut>(workers: usize, time: Duration, op: F) -> Summary
 where
     F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = BoxResult<()>> + Send,

@@ -37,7 +37,7 @@
     reason = "the benchmark prints its table, and its progress on stderr"
 )]
 
-mod cell;
+pub mod cell;
 mod ops;
 mod table;
 mod target;

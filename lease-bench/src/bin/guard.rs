@@ -31,14 +31,13 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::error::Error;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dblease::mysql::mysql_async::{self, prelude::Queryable};
 use dblease::{Backend, CancellationToken, GuardStatement, LeaseContext, Timings};
+use lease_bench::bench::cell::cell;
 use lease_bench::stats::{Latency, Summary, ratio};
-use tokio::time::Instant;
 
 type BoxError = Box<dyn Error + Send + Sync>;
 type BoxResult<T> = Result<T, BoxError>;
@@ -78,48 +77,6 @@ fn args() -> BoxResult<Args> {
         }
     }
     Ok(args)
-}
-
-/// Runs `op(worker)` on `workers` tasks for `time`.
-async fn cell<F, Fut>(workers: usize, time: Duration, op: F) -> Summary
-where
-    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = BoxResult<()>> + Send,
-{
-    let start = Instant::now();
-    let end = start + time;
-    let mut tasks = Vec::with_capacity(workers);
-    for w in 0..workers {
-        let op = op.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut samples = Vec::new();
-            let mut errors = 0usize;
-            let mut first_error = None;
-            while Instant::now() < end {
-                let t = Instant::now();
-                match op(w).await {
-                    Ok(()) => samples.push(t.elapsed()),
-                    Err(e) => {
-                        errors += 1;
-                        first_error.get_or_insert_with(|| e.to_string());
-                    }
-                }
-            }
-            (samples, errors, first_error)
-        }));
-    }
-    let mut all = Vec::new();
-    let mut errors = 0;
-    for task in tasks {
-        if let Ok((samples, e, first)) = task.await {
-            all.extend(samples);
-            errors += e;
-            if let Some(first) = first {
-                eprintln!("  (an operation failed: {first})");
-            }
-        }
-    }
-    Summary::of(all, errors, start.elapsed())
 }
 
 /// One backend's run: the native store, the sqlx pool beside it, and a
