@@ -228,7 +228,7 @@ mod sqlite {
             return Err("an in-memory SQLite database is private to this process".into());
         };
         let conn = Connection::open(path)?;
-        conn.busy_timeout(dblease::sqlite::DEFAULT_BUSY_TIMEOUT)?;
+        conn.busy_timeout(dblease::Timings::default().statement_timeout())?;
         Ok(conn)
     }
 

@@ -91,6 +91,12 @@ impl Leases {
     }
 
     /// The same coordinator with other timings.
+    ///
+    /// The store's server-side bounds (statement timeout, lock wait) were
+    /// set when it was built: build it with the same timings (each
+    /// backend's builder has `with_timings`, and `dblease::connect_with`
+    /// does both), or a tightened deadline leaves statements running on
+    /// the server after the coordinator gave up on them.
     #[must_use]
     pub fn with_timings(mut self, timings: Timings) -> Self {
         let shared = Arc::make_mut(&mut self.shared);

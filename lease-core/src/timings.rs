@@ -197,6 +197,34 @@ impl Timings {
         (self.deadline / 2).max(MIN_STATEMENT_TIMEOUT)
     }
 
+    /// The bound on waiting for a row lock (or SQLite's write lock) inside
+    /// one of the protocol's statements: three fifths of the
+    /// [statement timeout](Self::statement_timeout), in whole seconds
+    /// (InnoDB counts it so), never under 1 s: 3 s with the defaults.
+    ///
+    /// It is under the statement timeout so that a claim queued behind a
+    /// guarded transaction's row lock fails as a lock wait (an answer the
+    /// protocol retries) before the statement itself is cut off. The
+    /// backends' builders take it from here (`with_timings`): PostgreSQL's
+    /// claims take no lock they wait on outside guarded transactions, so
+    /// its statement timeout bounds the wait; MySQL and MariaDB set it as
+    /// `innodb_lock_wait_timeout`; SQLite's busy timeout is the statement
+    /// timeout, the one wait a SQLite call has.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::Timings;
+    ///
+    /// let t = Timings::default();
+    /// assert_eq!(t.statement_timeout(), Duration::from_secs(5));
+    /// assert_eq!(t.lock_wait_timeout(), Duration::from_secs(3));
+    /// ```
+    #[must_use]
+    pub fn lock_wait_timeout(&self) -> Duration {
+        let fifths = self.statement_timeout() * 3 / 5;
+        Duration::from_secs(fifths.as_secs()).max(MIN_STATEMENT_TIMEOUT)
+    }
+
     fn check(self) -> Result<Self, Error> {
         let lease_whole = Duration::from_millis(u64::try_from(self.lease_ms()).unwrap_or(0));
         let problem = if self.lease_ms() < 1 {
@@ -320,6 +348,7 @@ mod tests {
         assert_eq!(t.lease_ms(), 15_000);
         assert_eq!(t.retry_interval(), Duration::from_secs(2));
         assert_eq!(t.statement_timeout(), Duration::from_secs(5));
+        assert_eq!(t.lock_wait_timeout(), Duration::from_secs(3));
         assert_eq!(Timings::builder().build().unwrap(), t);
     }
 
@@ -338,6 +367,27 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(t.statement_timeout(), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn lock_wait_is_under_the_statement_timeout_in_whole_seconds() {
+        for (deadline_s, statement_s, lock_wait_s) in
+            [(2, 1, 1), (4, 2, 1), (10, 5, 3), (20, 10, 6), (30, 15, 9)]
+        {
+            let t = Timings::builder()
+                .lease(Duration::from_secs(deadline_s * 2))
+                .renew(ms(500))
+                .deadline(Duration::from_secs(deadline_s))
+                .build()
+                .unwrap();
+            assert_eq!(t.statement_timeout(), Duration::from_secs(statement_s));
+            assert_eq!(
+                t.lock_wait_timeout(),
+                Duration::from_secs(lock_wait_s),
+                "deadline {deadline_s} s"
+            );
+            assert!(t.lock_wait_timeout() <= t.statement_timeout());
+        }
     }
 
     #[test]

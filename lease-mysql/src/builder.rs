@@ -9,7 +9,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, SslOpts};
 
 use crate::error::MySqlError;
-use lease_core::TableName;
+use lease_core::{TableName, Timings};
 
 use crate::schema::{self, DEFAULT_TABLE, Found};
 use crate::sql;
@@ -88,14 +88,15 @@ impl MySqlStoreBuilder {
             source,
             table: DEFAULT_TABLE.to_owned(),
             pool_constraints: None,
-            lock_wait_timeout: MySqlStoreBuilder::DEFAULT_LOCK_WAIT_TIMEOUT,
-            statement_timeout: Some(MySqlStoreBuilder::DEFAULT_STATEMENT_TIMEOUT),
-            idle_transaction_timeout: Some(MySqlStoreBuilder::DEFAULT_IDLE_TRANSACTION_TIMEOUT),
+            lock_wait_timeout: Duration::ZERO,
+            statement_timeout: None,
+            idle_transaction_timeout: None,
             connect_timeout: MySqlStoreBuilder::DEFAULT_CONNECT_TIMEOUT,
             tls: None,
             prefer_socket: None,
             stmt_cache_size: MySqlStoreBuilder::DEFAULT_STMT_CACHE_SIZE,
         }
+        .with_timings(&Timings::default())
     }
 }
 
@@ -107,16 +108,45 @@ impl MySqlStoreBuilder {
         Self::new(Source::Pool(pool))
     }
 
-    /// The default InnoDB lock-wait bound of the store's sessions: 3 s, under
-    /// the protocol's 5 s bound on each statement (InnoDB's own default of
-    /// 50 s would hold a claim far past it).
-    pub const DEFAULT_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(3);
-    /// The default server-side bound on each statement: 5 s, the protocol's
-    /// bound on its own statements.
-    pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
-    /// The default bound, on MariaDB, on how long a session may sit idle
-    /// inside a transaction: 10 s, the protocol's default local deadline.
-    pub const DEFAULT_IDLE_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Sets the server-side bounds of the store's sessions from the timings
+    /// of the [`Leases`](lease_core::Leases) that will use the store, so that
+    /// they follow a tightened deadline:
+    ///
+    /// | session setting | from the timings | default timings |
+    /// | --- | --- | --- |
+    /// | `innodb_lock_wait_timeout` | [`lock_wait_timeout`](Timings::lock_wait_timeout) | 3 s |
+    /// | `max_statement_time` (MariaDB), `max_execution_time` (MySQL 8) | [`statement_timeout`](Timings::statement_timeout) | 5 s |
+    /// | `idle_transaction_timeout` (MariaDB) | [`deadline`](Timings::deadline) | 10 s |
+    ///
+    /// Without it the default timings apply (InnoDB's own lock wait of 50 s
+    /// would hold a claim far past the protocol's bound on a statement).
+    /// The `with_*_timeout` setters below override one setting each.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use lease_core::Timings;
+    /// use lease_mysql::MySqlStore;
+    ///
+    /// let timings = Timings::builder()
+    ///     .lease(Duration::from_secs(6))
+    ///     .renew(Duration::from_secs(1))
+    ///     .deadline(Duration::from_secs(4))
+    ///     .build()?;
+    /// let builder = MySqlStore::builder("mysql://app@db.internal/app")?.with_timings(&timings);
+    /// let setup = builder.session_setup()?;
+    /// assert!(setup.contains("innodb_lock_wait_timeout = 1"), "{setup}");
+    /// assert!(setup.contains("max_statement_time = 2.000"), "{setup}");
+    /// assert!(setup.contains("idle_transaction_timeout = 4 "), "{setup}");
+    /// # Ok(()) }
+    /// ```
+    pub fn with_timings(mut self, timings: &Timings) -> Self {
+        self.lock_wait_timeout = timings.lock_wait_timeout();
+        self.statement_timeout = Some(timings.statement_timeout());
+        self.idle_transaction_timeout = Some(timings.deadline());
+        self
+    }
+
     /// The default bound on the first connection: 10 s.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
     /// The default number of prepared statements cached per connection: 32,
@@ -140,7 +170,8 @@ impl MySqlStoreBuilder {
     }
 
     /// Sets `innodb_lock_wait_timeout` for the store's sessions, in whole
-    /// seconds, at least 1 (default 3 s). Keep it under the protocol's bound
+    /// seconds, at least 1 (default: the [timings](Self::with_timings)'
+    /// lock wait, 3 s by default). Keep it under the protocol's bound
     /// on a statement ([`lease_core::Timings::statement_timeout`]).
     pub fn with_lock_wait_timeout(mut self, timeout: Duration) -> Self {
         self.lock_wait_timeout = timeout;
@@ -151,7 +182,8 @@ impl MySqlStoreBuilder {
     /// or `None` for the server's own. MariaDB applies it to every statement
     /// (`max_statement_time`), MySQL 8 to `SELECT`s only
     /// (`max_execution_time`). It bounds the business statements of a
-    /// guarded transaction too. Default 5 s.
+    /// guarded transaction too. Default: the [timings](Self::with_timings)'
+    /// statement timeout, 5 s by default.
     pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.statement_timeout = timeout;
         self
@@ -160,8 +192,8 @@ impl MySqlStoreBuilder {
     /// Sets, on MariaDB, how long a session of the store may sit idle inside
     /// a transaction before the server ends it (`idle_transaction_timeout`,
     /// whole seconds, rounded up), or `None` for the server's own (no bound,
-    /// by default). Default 10 s, the protocol's default local deadline:
-    /// keep it at the [local deadline](lease_core::Timings::deadline) of the
+    /// by default). Default: the [timings](Self::with_timings)' local
+    /// deadline, 10 s by default: keep it at the [local deadline](lease_core::Timings::deadline) of the
     /// leases the store carries.
     ///
     /// It is what ends a [guarded transaction](MySqlStore::transaction)

@@ -126,6 +126,64 @@ async fn sessions_are_strict_with_bounded_lock_waits_and_statements() {
     );
 }
 
+/// The sessions' bounds follow the coordinator's timings: by default 3 s
+/// lock wait, 5 s statements, 10 s idle in a transaction; with a 4 s
+/// deadline 1 s, 2 s and 4 s.
+#[tokio::test]
+async fn session_bounds_are_derived_from_the_timings() {
+    let Some(url) = common::url() else { return };
+    async fn bounds(store: &MySqlStore) -> (u64, String) {
+        let mut conn = store.pool().get_conn().await.unwrap();
+        let lock_wait: u64 = conn
+            .query_first("SELECT @@SESSION.innodb_lock_wait_timeout")
+            .await
+            .unwrap()
+            .unwrap();
+        let version: String = conn.query_first("SELECT VERSION()").await.unwrap().unwrap();
+        let statement: String = if version.contains("MariaDB") {
+            let (statement, idle): (String, String) = conn
+                .query_first(
+                    "SELECT @@SESSION.max_statement_time, @@SESSION.idle_transaction_timeout",
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            format!("{statement} {idle}")
+        } else {
+            conn.query_first("SELECT @@SESSION.max_execution_time")
+                .await
+                .unwrap()
+                .unwrap()
+        };
+        (lock_wait, statement)
+    }
+    let default = MySqlStore::connect(&url).await.unwrap();
+    let (lock_wait, statement) = bounds(&default).await;
+    assert_eq!(lock_wait, 3);
+    assert!(
+        statement.starts_with("5.000000 10") || statement == "5000",
+        "{statement}"
+    );
+    let timings = lease_core::Timings::builder()
+        .lease(Duration::from_secs(6))
+        .renew(Duration::from_secs(1))
+        .deadline(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    let tight = MySqlStore::builder(&url)
+        .unwrap()
+        .with_timings(&timings)
+        .connect()
+        .await
+        .unwrap();
+    let (lock_wait, statement) = bounds(&tight).await;
+    assert_eq!(lock_wait, 1);
+    assert!(
+        statement.starts_with("2.000000 4") || statement == "2000",
+        "{statement}"
+    );
+}
+
 #[tokio::test]
 async fn lock_wait_under_one_second_is_refused() {
     let err = MySqlStore::builder("mysql://root@127.0.0.1:1/test")

@@ -10,6 +10,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use lease_core::Timings;
+
 use crate::error::PostgresError;
 use crate::sql::{self, DEFAULT_TABLE, StatementMode, Statements};
 use crate::store::PostgresStore;
@@ -17,11 +19,6 @@ use crate::tls::{self, CancelTls, SslMode};
 
 /// The URL schemes this backend opens.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
-
-/// The bound on every statement of the store's own connections, unless the
-/// builder says otherwise: half the default local deadline, the bound
-/// [`Leases`](lease_core::Leases) itself puts on each call.
-pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long opening a connection may take (TCP, TLS and authentication),
 /// unless the URL's `connect_timeout` or the builder says otherwise.
@@ -130,6 +127,7 @@ pub struct PostgresStoreBuilder {
     table: String,
     pool_size: usize,
     statement_timeout: Option<Duration>,
+    timings: Timings,
     connect_timeout: Option<Duration>,
     ssl_mode: Option<SslMode>,
     roots: Option<RootCertStore>,
@@ -148,6 +146,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("table", &self.table)
             .field("pool_size", &self.pool_size)
             .field("statement_timeout", &self.statement_timeout)
+            .field("timings", &self.timings)
             .field("connect_timeout", &self.connect_timeout)
             .field("ssl_mode", &self.ssl_mode)
             .field("custom_roots", &self.roots.as_ref().map(RootCertStore::len))
@@ -162,7 +161,8 @@ impl PostgresStoreBuilder {
             source,
             table: DEFAULT_TABLE.to_owned(),
             pool_size: DEFAULT_POOL_SIZE,
-            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
+            statement_timeout: Some(Timings::default().statement_timeout()),
+            timings: Timings::default(),
             connect_timeout: None,
             ssl_mode: None,
             roots: None,
@@ -208,8 +208,42 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// The server-side bounds of the store's connections, from the timings
+    /// of the [`Leases`](lease_core::Leases) that will use the store: the
+    /// `statement_timeout` of every connection is the coordinator's
+    /// [statement timeout](Timings::statement_timeout) (half its local
+    /// deadline), so a statement the coordinator gave up on does not keep
+    /// running on the server, and a guarded transaction's `COMMIT` is
+    /// awaited as long. Without it, the default timings apply (5 s). On a
+    /// pool given with [`from_pool`](Self::from_pool) only the `COMMIT`
+    /// bound applies; the pool's own connections keep their settings.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use lease_core::Timings;
+    /// use lease_postgres::PostgresStore;
+    ///
+    /// let timings = Timings::builder()
+    ///     .lease(Duration::from_secs(6))
+    ///     .renew(Duration::from_secs(1))
+    ///     .deadline(Duration::from_secs(4))
+    ///     .build()?;
+    /// let builder = PostgresStore::builder("postgres://app@db.internal/app")?
+    ///     .with_timings(&timings); // statement_timeout = 2 s
+    /// // let leases = lease_core::Leases::new(builder.connect().await?).with_timings(timings);
+    /// # drop(builder);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_timings(mut self, timings: &Timings) -> Self {
+        self.timings = *timings;
+        self.statement_timeout = Some(timings.statement_timeout());
+        self
+    }
+
     /// The server-side bound on every statement of the pool's connections
-    /// (default 5 s; `None` turns it off), set as `statement_timeout` when
+    /// (default: the [timings](Self::with_timings)' statement timeout, 5 s
+    /// by default; `None` turns it off), set as `statement_timeout` when
     /// each connection starts, so it costs no round trip. It also bounds
     /// how long a claim waits for a guarded transaction's row lock, and
     /// applies to the statements of guarded transactions: a transaction
@@ -265,6 +299,7 @@ impl PostgresStoreBuilder {
                     pool,
                     sql,
                     None,
+                    self.timings.statement_timeout(),
                     None,
                     CancelTls::Unknown,
                     self.statement_mode.unwrap_or_default(),
@@ -328,15 +363,14 @@ impl PostgresStoreBuilder {
             .max_size(self.pool_size)
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(connect_timeout))
-            .wait_timeout(Some(
-                self.statement_timeout.unwrap_or(DEFAULT_STATEMENT_TIMEOUT),
-            ))
+            .wait_timeout(Some(self.timings.statement_timeout()))
             .build()
             .map_err(PostgresError::Pool)?;
         Ok(PostgresStore::assemble(
             pool,
             sql,
             self.statement_timeout,
+            self.timings.statement_timeout(),
             Some(target),
             cancel,
             statement_mode,
@@ -414,6 +448,7 @@ impl PostgresStore {
             pool,
             sql,
             None,
+            Timings::default().statement_timeout(),
             None,
             CancelTls::Unknown,
             StatementMode::default(),

@@ -12,10 +12,7 @@ pub mod texts;
 mod tls;
 mod transaction;
 
-pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_STATEMENT_TIMEOUT, PostgresStoreBuilder,
-    SCHEMES,
-};
+pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, PostgresStoreBuilder, SCHEMES};
 pub use error::PostgresError;
 pub use lease_core::{BoxFuture, GuardError, GuardStatement};
 pub use replication::ReplicationReport;

@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     /// The server-side bound set on the store's own connections; `None` for
     /// a pool given by the application, or when turned off.
     pub(crate) statement_timeout: Option<Duration>,
+    /// The client-side bound on a guarded transaction's `COMMIT`: the
+    /// coordinator's statement timeout ([`lease_core::Timings`]).
+    pub(crate) commit_bound: Duration,
     /// Where the store's own connections go, for `Debug`; `None` for a pool
     /// given by the application.
     pub(crate) target: Option<Target>,
@@ -89,6 +92,7 @@ impl PostgresStore {
         pool: Pool,
         sql: Statements,
         statement_timeout: Option<Duration>,
+        commit_bound: Duration,
         target: Option<Target>,
         cancel: CancelTls,
         statement_mode: StatementMode,
@@ -98,6 +102,7 @@ impl PostgresStore {
                 pool,
                 sql,
                 statement_timeout,
+                commit_bound,
                 target,
                 cancel,
                 statement_mode,

@@ -8,7 +8,6 @@ use lease_core::{BoxError, BoxFuture, GuardError, GuardStatement, LeaseContext, 
 use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, NoTls};
 
-use crate::builder::DEFAULT_STATEMENT_TIMEOUT;
 use crate::sql::{StatementMode, Token};
 use crate::store::PostgresStore;
 use crate::tls::CancelTls;
@@ -171,10 +170,7 @@ impl PostgresStore {
                 return Err(GuardError::ended(ctx));
             }
         };
-        let bound = self
-            .inner
-            .statement_timeout
-            .unwrap_or(DEFAULT_STATEMENT_TIMEOUT);
+        let bound = self.inner.commit_bound;
         match raced {
             Err(e) => Err(e),
             Ok((tx, Ok(value))) => match tokio::time::timeout(bound, tx.commit()).await {

@@ -176,6 +176,50 @@ async fn the_password_never_appears_in_debug_display_errors_or_logs() {
     assert!(shown.contains("PostgresStore"), "{shown}");
 }
 
+// ---------------------------------------------------------------- bounds
+
+/// The connections' `statement_timeout`, read back from the server.
+async fn server_statement_timeout(store: &PostgresStore) -> String {
+    let client = store.pool().get().await.unwrap();
+    let row = client
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// The server-side statement bound follows the coordinator's timings: half
+/// its local deadline (5 s by default), so a statement the coordinator gave
+/// up on stops on the server too.
+#[tokio::test]
+async fn the_statement_timeout_is_derived_from_the_timings() {
+    let Some(url) = common::url() else { return };
+    let default = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(server_statement_timeout(&default).await, "5s");
+    let timings = lease_core::Timings::builder()
+        .lease(std::time::Duration::from_secs(6))
+        .renew(std::time::Duration::from_secs(1))
+        .deadline(std::time::Duration::from_secs(4))
+        .build()
+        .unwrap();
+    let tight = PostgresStore::builder(&url)
+        .unwrap()
+        .with_timings(&timings)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(server_statement_timeout(&tight).await, "2s");
+    // An explicit bound set after the timings wins.
+    let explicit = PostgresStore::builder(&url)
+        .unwrap()
+        .with_timings(&timings)
+        .with_statement_timeout(Some(std::time::Duration::from_millis(1500)))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(server_statement_timeout(&explicit).await, "1500ms");
+}
+
 // ---------------------------------------------------------------- migrate
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use lease_core::Timings;
 use rusqlite::Connection;
 
 use crate::error::SqliteError;
@@ -14,10 +15,6 @@ use crate::store::{Inner, SqliteStore};
 /// The URL schemes this backend opens: `sqlite://path`, `sqlite:path`,
 /// `sqlite::memory:`.
 pub const SCHEMES: &[&str] = &["sqlite"];
-
-/// How long a statement waits for another connection's write lock on the
-/// same file before it fails, unless the builder says otherwise.
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) const MEMORY: &str = ":memory:";
 
@@ -72,7 +69,7 @@ impl SqliteStoreBuilder {
         SqliteStoreBuilder {
             database,
             table: DEFAULT_TABLE.to_owned(),
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            busy_timeout: Timings::default().statement_timeout(),
             synchronous: Synchronous::Full,
         }
     }
@@ -99,10 +96,44 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Sets the busy timeout from the timings of the
+    /// [`Leases`](lease_core::Leases) that will use the store: a statement
+    /// waits for another connection's write lock on the same file at most
+    /// the coordinator's [statement timeout](Timings::statement_timeout)
+    /// (half its local deadline), so a call never outlives the
+    /// coordinator's wait for it. Without it, the default timings apply
+    /// (5 s).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use lease_core::{Leases, Timings};
+    /// use lease_sqlite::SqliteStore;
+    ///
+    /// let timings = Timings::builder()
+    ///     .lease(Duration::from_secs(6))
+    ///     .renew(Duration::from_secs(1))
+    ///     .deadline(Duration::from_secs(4))
+    ///     .build()?;
+    /// let store = SqliteStore::builder("sqlite::memory:")?
+    ///     .with_timings(&timings) // busy timeout 2 s
+    ///     .connect()
+    ///     .await?;
+    /// let leases = Leases::new(store).with_timings(timings);
+    /// # leases.migrate().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_timings(mut self, timings: &Timings) -> Self {
+        self.busy_timeout = timings.statement_timeout();
+        self
+    }
+
     /// How long a statement waits for the write lock another connection on
-    /// the same file holds before it fails (default 5 seconds). Keep it
-    /// within the protocol's bound on its own statements, half the local
-    /// deadline, or a call may outlive the coordinator's wait for it.
+    /// the same file holds before it fails (default: the
+    /// [timings](Self::with_timings)' statement timeout, 5 s by default).
+    /// Keep it within the protocol's bound on its own statements, half the
+    /// local deadline, or a call may outlive the coordinator's wait for it.
     pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
         self

@@ -427,6 +427,44 @@ fn invalid_table_names_are_refused_with_the_name() {
     assert!(matches!(err, SqliteError::InvalidTable { ref table, .. } if table == "my-leases"));
 }
 
+/// The busy timeout follows the coordinator's timings: with a 2 s local
+/// deadline (statement timeout 1 s), a claim behind another connection's
+/// write lock fails after about 1 s, not the default 5 s.
+#[tokio::test]
+async fn the_busy_timeout_is_derived_from_the_timings() {
+    let (_dir, path) = db_file();
+    let timings = lease_core::Timings::builder()
+        .lease(Duration::from_secs(4))
+        .renew(Duration::from_millis(500))
+        .deadline(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let store = SqliteStoreBuilder::from_path(&path)
+        .with_timings(&timings)
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let conn = raw(&path);
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let err = store
+        .claim(ClaimRequest {
+            name: "busy",
+            holder: "h1",
+            instance: "i",
+            lease_ms: LEASE_MS,
+        })
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    conn.execute_batch("ROLLBACK").unwrap();
+    assert!(err.to_string().contains("locked"), "{err}");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_millis(4_500),
+        "waited {waited:?} for the write lock; the timings' statement timeout is 1 s"
+    );
+}
+
 /// Another connection holding the write lock past the busy timeout makes a
 /// write fail with SQLite's error, not hang or panic; the store works again
 /// once the lock is gone.

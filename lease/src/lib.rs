@@ -243,14 +243,30 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 ///
 /// Cancel safe: nothing is kept until it returns.
 pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
+    connect_backend_with(url, &Timings::default()).await
+}
+
+/// [`connect_backend`], with the store's server-side bounds (statement
+/// timeout, lock wait; see each backend's `with_timings`) derived from
+/// `timings`, the timings the coordinator on it will use:
+/// `Leases::from_arc(backend.store()).with_timings(timings)`.
+///
+/// # Errors
+///
+/// As [`connect_store`].
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is kept until it returns.
+pub async fn connect_backend_with(url: &str, timings: &Timings) -> Result<Backend, ConnectError> {
     let (backend, scheme) = backend_of(url)?;
     match backend {
         UrlDialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        UrlDialect::Sqlite => open_sqlite(url, scheme).await,
-        UrlDialect::Postgres => open_postgres(url, scheme).await,
-        UrlDialect::MySql => open_mysql(url, scheme).await,
+        UrlDialect::Sqlite => open_sqlite(url, scheme, timings).await,
+        UrlDialect::Postgres => open_postgres(url, scheme, timings).await,
+        UrlDialect::MySql => open_mysql(url, scheme, timings).await,
     }
 }
 
@@ -325,9 +341,16 @@ impl Backend {
 }
 
 #[cfg(feature = "sqlite")]
-async fn open_sqlite(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
-    lease_sqlite::SqliteStore::connect(url)
-        .await
+async fn open_sqlite(
+    url: &str,
+    _scheme: String,
+    timings: &Timings,
+) -> Result<Backend, ConnectError> {
+    let opened = match lease_sqlite::SqliteStore::builder(url) {
+        Ok(builder) => builder.with_timings(timings).connect().await,
+        Err(e) => Err(e),
+    };
+    opened
         .map(Backend::Sqlite)
         .map_err(|e| ConnectError::Backend {
             backend: "sqlite",
@@ -336,7 +359,11 @@ async fn open_sqlite(url: &str, _scheme: String) -> Result<Backend, ConnectError
 }
 
 #[cfg(not(feature = "sqlite"))]
-async fn open_sqlite(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
+async fn open_sqlite(
+    _url: &str,
+    scheme: String,
+    _timings: &Timings,
+) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "sqlite",
@@ -344,9 +371,16 @@ async fn open_sqlite(_url: &str, scheme: String) -> Result<Backend, ConnectError
 }
 
 #[cfg(feature = "postgres")]
-async fn open_postgres(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
-    lease_postgres::PostgresStore::connect(url)
-        .await
+async fn open_postgres(
+    url: &str,
+    _scheme: String,
+    timings: &Timings,
+) -> Result<Backend, ConnectError> {
+    let opened = match lease_postgres::PostgresStore::builder(url) {
+        Ok(builder) => builder.with_timings(timings).connect().await,
+        Err(e) => Err(e),
+    };
+    opened
         .map(Backend::Postgres)
         .map_err(|e| ConnectError::Backend {
             backend: "postgres",
@@ -355,7 +389,11 @@ async fn open_postgres(url: &str, _scheme: String) -> Result<Backend, ConnectErr
 }
 
 #[cfg(not(feature = "postgres"))]
-async fn open_postgres(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
+async fn open_postgres(
+    _url: &str,
+    scheme: String,
+    _timings: &Timings,
+) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "postgres",
@@ -363,9 +401,16 @@ async fn open_postgres(_url: &str, scheme: String) -> Result<Backend, ConnectErr
 }
 
 #[cfg(feature = "mysql")]
-async fn open_mysql(url: &str, _scheme: String) -> Result<Backend, ConnectError> {
-    lease_mysql::MySqlStore::connect(url)
-        .await
+async fn open_mysql(
+    url: &str,
+    _scheme: String,
+    timings: &Timings,
+) -> Result<Backend, ConnectError> {
+    let opened = match lease_mysql::MySqlStore::builder(url) {
+        Ok(builder) => builder.with_timings(timings).connect().await,
+        Err(e) => Err(e),
+    };
+    opened
         .map(Backend::MySql)
         .map_err(|e| ConnectError::Backend {
             backend: "mysql",
@@ -374,7 +419,11 @@ async fn open_mysql(url: &str, _scheme: String) -> Result<Backend, ConnectError>
 }
 
 #[cfg(not(feature = "mysql"))]
-async fn open_mysql(_url: &str, scheme: String) -> Result<Backend, ConnectError> {
+async fn open_mysql(
+    _url: &str,
+    scheme: String,
+    _timings: &Timings,
+) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
         scheme,
         feature: "mysql",
@@ -405,6 +454,41 @@ async fn open_mysql(_url: &str, scheme: String) -> Result<Backend, ConnectError>
 /// Cancel safe.
 pub async fn connect(url: &str) -> Result<Leases, ConnectError> {
     connect_store(url).await.map(Leases::from_arc)
+}
+
+/// [`connect`] with timings of your own: the coordinator uses `timings`,
+/// and the store's server-side bounds are derived from the same timings
+/// (a statement the coordinator gave up on stops on the server too; see
+/// [`Timings::statement_timeout`] and [`Timings::lock_wait_timeout`]).
+/// Prefer it to `connect(url).await?.with_timings(t)`, which leaves the
+/// store's bounds at the defaults'.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use dblease::Timings;
+///
+/// let timings = Timings::builder()
+///     .lease(Duration::from_secs(6))
+///     .renew(Duration::from_secs(1))
+///     .deadline(Duration::from_secs(4))
+///     .build()?;
+/// let leases = dblease::connect_with("sqlite::memory:", timings).await?;
+/// assert_eq!(leases.timings(), &timings);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`connect_store`].
+///
+/// # Cancel safety
+///
+/// Cancel safe.
+pub async fn connect_with(url: &str, timings: Timings) -> Result<Leases, ConnectError> {
+    let backend = connect_backend_with(url, &timings).await?;
+    Ok(Leases::from_arc(backend.store()).with_timings(timings))
 }
 
 /// [`connect`] to the URL in the environment variable `LEASE_DATABASE_URL`.

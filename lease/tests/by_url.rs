@@ -132,3 +132,64 @@ async fn connection_errors_name_the_server_on_one_line_without_the_password() {
         );
     }
 }
+
+/// Timings with a 4 s local deadline: statement timeout 2 s, lock wait 1 s.
+fn tight() -> dblease::Timings {
+    dblease::Timings::builder()
+        .lease(std::time::Duration::from_secs(6))
+        .renew(std::time::Duration::from_secs(1))
+        .deadline(std::time::Duration::from_secs(4))
+        .build()
+        .unwrap()
+}
+
+/// `connect_with` gives the coordinator the timings, and the store the
+/// server-side bounds derived from them: PostgreSQL's `statement_timeout`
+/// follows the 4 s deadline (2 s), where `connect` keeps the default 5 s.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_connect_with_derives_the_server_bounds() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    async fn statement_timeout(backend: &dblease::Backend) -> String {
+        let dblease::Backend::Postgres(store) = backend else {
+            panic!("a postgres URL opened {}", backend.name());
+        };
+        let client = store.pool().get().await.unwrap();
+        client
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+    let timings = tight();
+    let tightened = dblease::connect_backend_with(&url, &timings).await.unwrap();
+    assert_eq!(statement_timeout(&tightened).await, "2s");
+    let default = dblease::connect_backend(&url).await.unwrap();
+    assert_eq!(statement_timeout(&default).await, "5s");
+    let leases = dblease::connect_with(&url, timings).await.unwrap();
+    assert_eq!(leases.timings(), &timings);
+    scenario(&leases, "postgres-with").await;
+}
+
+/// The same on MariaDB: the sessions' lock wait is the timings' (1 s).
+#[cfg(feature = "mysql")]
+#[tokio::test]
+async fn mysql_connect_with_derives_the_server_bounds() {
+    use dblease::mysql::mysql_async::prelude::Queryable;
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let backend = dblease::connect_backend_with(&url, &tight()).await.unwrap();
+    let dblease::Backend::MySql(store) = &backend else {
+        panic!("a mysql URL opened {}", backend.name());
+    };
+    let mut conn = store.pool().get_conn().await.unwrap();
+    let lock_wait: u64 = conn
+        .query_first("SELECT @@SESSION.innodb_lock_wait_timeout")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lock_wait, 1);
+}
