@@ -31,7 +31,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use lease_core::{BoxError, ClaimRequest, Finished, ForwardingStore, LeaseStore};
 
 /// Which bug, if any, a soak's contenders carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -150,9 +150,12 @@ impl PlantedStore {
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl LeaseStore for PlantedStore {
+impl ForwardingStore for PlantedStore {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
+    }
+
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest { name, holder, .. } = claim;
         match (self.plant, self.inner.claim(claim).await?) {
@@ -165,39 +168,6 @@ impl LeaseStore for PlantedStore {
             }
             (_, claimed) => Ok(claimed),
         }
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &str,
-        lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
-        self.inner.renew(name, holder, lease_ms).await
-    }
-
-    async fn renew_many(
-        &self,
-        leases: &[(&str, &str)],
-        lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
-        self.inner.renew_many(leases, lease_ms).await
-    }
-
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        self.inner.verify(name, holder).await
-    }
-
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        self.inner.release(name, holder).await
-    }
-
-    async fn claim_slot(
-        &self,
-        claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        self.inner.claim_slot(claim, slot_ms).await
     }
 
     async fn finish(
@@ -215,45 +185,6 @@ impl LeaseStore for PlantedStore {
             }),
             _ => self.inner.finish(name, holder, slot_ms, passed_ms).await,
         }
-    }
-
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        self.inner.find_unfinished(names).await
-    }
-
-    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        self.inner.claim_rerun(claim, term).await
-    }
-
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.inner.last_slot(name).await
-    }
-
-    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        self.inner.force_release(name, term).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<lease_core::LeaseInfo>, BoxError> {
-        self.inner.get(name).await
-    }
-
-    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<lease_core::LeaseInfo>, BoxError> {
-        self.inner.list(prefix, limit).await
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.inner.now_ms().await
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        self.inner.migrate().await
-    }
-
-    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
-        self.inner.classify(error)
-    }
-    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
-        self.inner.guard_statement()
     }
 }
 

@@ -5,6 +5,7 @@ mod batch;
 mod capability;
 mod context;
 mod error;
+mod forward;
 pub mod guard;
 mod hold;
 mod info;
@@ -28,6 +29,7 @@ mod testing;
 pub use capability::RELEASE_TIMEOUT;
 pub use context::{EndCause, LeaseContext};
 pub use error::{BoxError, DbErrorKind, Error, LostCause, NameError, Op, Result};
+pub use forward::ForwardingStore;
 pub use guard::{BoxFuture, Dialect, GuardError, GuardParams, GuardStatement};
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
@@ -47,6 +49,11 @@ pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
 pub use timings::{Timings, TimingsBuilder};
 pub use token::instance_id;
+
+/// The attribute the [`LeaseStore`] and [`ForwardingStore`] impls are
+/// written with, re-exported so that an implementation names the same
+/// version.
+pub use async_trait::async_trait;
 
 /// The cancellation token [`Handle::hold`] takes as its parent and
 /// [`LeaseContext`] carries, re-exported so that callers name the same version.

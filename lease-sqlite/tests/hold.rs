@@ -17,8 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, CancellationToken, ClaimRequest, EndCause, Finished, LeaseStore, Leases, LostCause,
-    SlotClaim, Timings, UnfinishedRow,
+    BoxError, CancellationToken, EndCause, ForwardingStore, LeaseStore, Leases, LostCause, Timings,
 };
 use lease_sqlite::{SqliteError, SqliteStore};
 use tokio::time::{Instant, sleep};
@@ -178,11 +177,10 @@ impl Recording {
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl LeaseStore for Recording {
-    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        self.inner.claim(claim).await
+impl ForwardingStore for Recording {
+    fn inner(&self) -> &dyn LeaseStore {
+        &self.inner
     }
 
     async fn renew(
@@ -214,73 +212,8 @@ impl LeaseStore for Recording {
     ) -> Result<Vec<Option<i64>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
         for (name, holder) in leases {
-            held.push(self.renew(name, holder, lease_ms).await?);
+            held.push(ForwardingStore::renew(self, name, holder, lease_ms).await?);
         }
         Ok(held)
-    }
-
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        self.inner.verify(name, holder).await
-    }
-
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        self.inner.release(name, holder).await
-    }
-
-    async fn claim_slot(
-        &self,
-        claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        self.inner.claim_slot(claim, slot_ms).await
-    }
-
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        self.inner.finish(name, holder, slot_ms, passed_ms).await
-    }
-
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        self.inner.find_unfinished(names).await
-    }
-
-    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        self.inner.claim_rerun(claim, term).await
-    }
-
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.inner.last_slot(name).await
-    }
-
-    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        self.inner.force_release(name, term).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<lease_core::LeaseInfo>, BoxError> {
-        self.inner.get(name).await
-    }
-
-    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<lease_core::LeaseInfo>, BoxError> {
-        self.inner.list(prefix, limit).await
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.inner.now_ms().await
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        LeaseStore::migrate(&self.inner).await
-    }
-
-    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> lease_core::DbErrorKind {
-        self.inner.classify(error)
-    }
-    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
-        LeaseStore::guard_statement(&self.inner)
     }
 }

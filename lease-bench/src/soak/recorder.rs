@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, Finished, ForwardingStore, LeaseStore, SlotClaim,
 };
 use tokio::time::{Instant, timeout};
 
@@ -168,9 +168,12 @@ impl RecordingStore {
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl LeaseStore for RecordingStore {
+impl ForwardingStore for RecordingStore {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
+    }
+
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest { name, holder, .. } = claim;
         let seq = self.attempt(name).await?;
@@ -183,31 +186,6 @@ impl LeaseStore for RecordingStore {
             None => false,
         });
         out
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        holder: &str,
-        lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
-        self.inner.renew(name, holder, lease_ms).await
-    }
-
-    async fn renew_many(
-        &self,
-        leases: &[(&str, &str)],
-        lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
-        self.inner.renew_many(leases, lease_ms).await
-    }
-
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        self.inner.verify(name, holder).await
-    }
-
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        self.inner.release(name, holder).await
     }
 
     async fn claim_slot(
@@ -250,10 +228,6 @@ impl LeaseStore for RecordingStore {
         out
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        self.inner.find_unfinished(names).await
-    }
-
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
         let ClaimRequest { name, holder, .. } = claim;
         let seq = self.attempt(name).await?;
@@ -267,30 +241,6 @@ impl LeaseStore for RecordingStore {
         out
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.inner.last_slot(name).await
-    }
-
-    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        self.inner.force_release(name, term).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
-        self.inner.get(name).await
-    }
-
-    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
-        self.inner.list(prefix, limit).await
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.inner.now_ms().await
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        self.inner.migrate().await
-    }
-
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
         if error.is::<NoClockBound>() {
             // As good as a database out of reach: try again later.
@@ -298,9 +248,5 @@ impl LeaseStore for RecordingStore {
         } else {
             self.inner.classify(error)
         }
-    }
-
-    fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
-        self.inner.guard_statement()
     }
 }
