@@ -90,6 +90,81 @@ pub trait NetworkStores: Send + Sized {
     async fn close(self);
 }
 
+/// The [`NetworkStores`] most backends need: two stores of one backend on
+/// one table, the `proxied` one connected through `proxy`, and how to drop
+/// the table once the scenario is over.
+///
+/// ```ignore
+/// async fn connect(url: &str, _scenario: Scenario) -> Pair<MyStore> {
+///     let table = lease_testkit::unique("lst");
+///     let direct = MyStore::builder(url)?.with_table(&table).connect().await?;
+///     let (proxy, proxied_url) = proxy_for_url(url, 5432).await?;
+///     let proxied = MyStore::builder(&proxied_url)?.with_table(&table).connect().await?;
+///     Pair::new(direct, proxied, proxy, table, |direct, table| async move {
+///         direct.drop_table(&table).await
+///     })
+/// }
+/// ```
+pub struct Pair<S> {
+    /// The store connected to the server itself.
+    pub direct: S,
+    /// The store whose connections go through [`proxy`](Self::proxy).
+    pub proxied: S,
+    /// The proxy between the proxied store and the server.
+    pub proxy: Proxy,
+    /// The table both stores use.
+    pub table: String,
+    drop_table: DropTable<S>,
+}
+
+/// How a [`Pair`] drops its table: given the direct store and the table.
+type DropTable<S> = Box<dyn FnOnce(S, String) -> lease_core::BoxFuture<'static, ()> + Send>;
+
+impl<S> Pair<S> {
+    /// The pair, and `drop_table(direct, table)` to run on
+    /// [`close`](NetworkStores::close), after the proxy shuts down.
+    pub fn new<F, Fut>(direct: S, proxied: S, proxy: Proxy, table: String, drop_table: F) -> Self
+    where
+        F: FnOnce(S, String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        Pair {
+            direct,
+            proxied,
+            proxy,
+            table,
+            drop_table: Box::new(move |direct, table| Box::pin(drop_table(direct, table))),
+        }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for Pair<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pair")
+            .field("direct", &self.direct)
+            .field("proxied", &self.proxied)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: lease_core::LeaseStore + Clone> NetworkStores for Pair<S> {
+    fn proxied(&self) -> Leases {
+        Leases::new(self.proxied.clone())
+    }
+    fn direct(&self) -> Leases {
+        Leases::new(self.direct.clone())
+    }
+    fn proxy(&self) -> &Proxy {
+        &self.proxy
+    }
+    async fn close(self) {
+        self.proxy.shutdown().await;
+        (self.drop_table)(self.direct, self.table).await;
+    }
+}
+
 /// The network scenarios as tests, one `#[tokio::test]` each, for a backend
 /// that implements [`NetworkStores`]: `connect` is an async function
 /// `(url: &str, scenario: Scenario) -> impl NetworkStores`, `url` the

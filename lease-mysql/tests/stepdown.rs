@@ -25,7 +25,6 @@ fn unique_table() -> String {
 }
 
 use lease_conformance::network;
-use lease_conformance::proxy::Proxy;
 use lease_core::{CancellationToken, Leases};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
@@ -33,64 +32,38 @@ use tokio::time::{Instant, sleep, timeout};
 
 /// A store connected to the server, one connected through a proxy (without
 /// the UNIX socket), both on one fresh table.
-struct Stores {
-    direct: MySqlStore,
-    proxied: MySqlStore,
-    proxy: Proxy,
-    table: String,
-}
+type Stores = network::Pair<MySqlStore>;
 
-impl Stores {
-    async fn connect(url: &str) -> Stores {
-        Stores::connect_keeping(url, 0).await
-    }
-
-    /// As [`connect`](Self::connect), the proxied pool keeping `min` idle
-    /// connections: with none, mysql_async closes each connection as it
-    /// comes back, and every statement connects anew.
-    async fn connect_keeping(url: &str, min: usize) -> Stores {
-        Stores::connect_with(url, min, |builder| builder).await
-    }
-
-    /// As [`connect_keeping`](Self::connect_keeping), the proxied store's
-    /// builder passed through `configure`.
-    async fn connect_with(
-        url: &str,
-        min: usize,
-        configure: impl FnOnce(MySqlStoreBuilder) -> MySqlStoreBuilder,
-    ) -> Stores {
-        let table = unique_table();
-        let direct = MySqlStore::builder(url)
-            .unwrap()
-            .with_table(&table)
-            .with_pool_constraints(0, 4)
-            .connect()
-            .await
-            .expect("connect to LEASE_TEST_MYSQL_URL");
-        let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
-        let proxied = configure(MySqlStore::builder(&proxied_url).unwrap())
-            .with_table(&table)
-            .with_pool_constraints(min, 2)
-            .with_prefer_socket(false)
-            .connect()
-            .await
-            .expect("connect through the proxy");
-        Stores {
-            direct,
-            proxied,
-            proxy,
-            table,
-        }
-    }
-
-    /// Shuts the proxy down and drops the table.
-    async fn close(self) {
-        self.proxy.shutdown().await;
-        let mut conn = self.direct.pool().get_conn().await.unwrap();
-        conn.query_drop(format!("DROP TABLE IF EXISTS `{}`", self.table))
+/// The stores, the proxied pool keeping `min` idle connections (with none,
+/// mysql_async closes each connection as it comes back, and every statement
+/// connects anew), and its builder passed through `configure`.
+async fn connect_with(
+    url: &str,
+    min: usize,
+    configure: impl FnOnce(MySqlStoreBuilder) -> MySqlStoreBuilder,
+) -> Stores {
+    let table = unique_table();
+    let direct = MySqlStore::builder(url)
+        .unwrap()
+        .with_table(&table)
+        .with_pool_constraints(0, 4)
+        .connect()
+        .await
+        .expect("connect to LEASE_TEST_MYSQL_URL");
+    let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
+    let proxied = configure(MySqlStore::builder(&proxied_url).unwrap())
+        .with_table(&table)
+        .with_pool_constraints(min, 2)
+        .with_prefer_socket(false)
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    network::Pair::new(direct, proxied, proxy, table, |direct, table| async move {
+        let mut conn = direct.pool().get_conn().await.unwrap();
+        conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
             .await
             .unwrap();
-    }
+    })
 }
 
 /// The stores for one network scenario. For the late renewals, the proxied
@@ -98,26 +71,11 @@ impl Stores {
 /// default keeps 10): a renewal sent on a new connection would stall in the
 /// handshake, before its statement left.
 async fn connect(url: &str, scenario: network::Scenario) -> Stores {
-    match scenario {
-        network::Scenario::LateRenewals => Stores::connect_keeping(url, 2).await,
-        _ => Stores::connect(url).await,
-    }
-}
-
-#[async_trait::async_trait]
-impl network::NetworkStores for Stores {
-    fn proxied(&self) -> Leases {
-        Leases::new(self.proxied.clone())
-    }
-    fn direct(&self) -> Leases {
-        Leases::new(self.direct.clone())
-    }
-    fn proxy(&self) -> &Proxy {
-        &self.proxy
-    }
-    async fn close(self) {
-        Stores::close(self).await;
-    }
+    let min = match scenario {
+        network::Scenario::LateRenewals => 2,
+        _ => 0,
+    };
+    connect_with(url, min, |builder| builder).await
 }
 
 lease_conformance::network_tests!(
@@ -139,7 +97,7 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
         return;
     };
     let timings = network::timings();
-    let stores = Stores::connect_with(&url, 2, |builder| {
+    let stores = connect_with(&url, 2, |builder| {
         builder.with_idle_transaction_timeout(Some(timings.deadline()))
     })
     .await;
@@ -189,7 +147,7 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
     let abandoned = guarded.await.unwrap();
     holder.stop().await;
     let Ok(successor) = claimed else {
-        stores.close().await;
+        network::NetworkStores::close(stores).await;
         panic!(
             "no rival claimed the name within {limit:?} of the holder freezing inside its \
              guarded transaction (lease {:?}): the transaction's row lock held every claim \
@@ -206,7 +164,7 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
     );
     assert_eq!(successor.term(), 2);
     successor.release().await.unwrap();
-    stores.close().await;
+    network::NetworkStores::close(stores).await;
 }
 
 #[test]

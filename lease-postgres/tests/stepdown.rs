@@ -20,75 +20,38 @@ mod common;
 
 use common::unique_table;
 use lease_conformance::network;
-use lease_conformance::proxy::Proxy;
 use lease_core::{CancellationToken, Leases};
 use lease_postgres::PostgresStore;
 use tokio::time::{Instant, sleep, timeout};
 
-/// A store connected to the server, one connected through a proxy, both on
-/// one fresh table.
-struct Stores {
-    direct: PostgresStore,
-    proxied: PostgresStore,
-    proxy: Proxy,
-    table: String,
-}
-
-impl Stores {
-    async fn connect(url: &str) -> Stores {
-        let table = unique_table();
-        let direct = PostgresStore::builder(url)
-            .unwrap()
-            .with_table(&table)
-            .connect()
-            .await
-            .expect("connect to LEASE_TEST_POSTGRES_URL");
-        let (proxy, proxied_url) = network::proxy_for_url(url, 5432).await.unwrap();
-        let proxied = PostgresStore::builder(&proxied_url)
-            .unwrap()
-            .with_table(&table)
-            .with_pool_size(2)
-            .connect()
-            .await
-            .expect("connect through the proxy");
-        Stores {
-            direct,
-            proxied,
-            proxy,
-            table,
-        }
-    }
-
-    /// Shuts the proxy down and drops the table.
-    async fn close(self) {
-        self.proxy.shutdown().await;
-        let client = self.direct.pool().get().await.unwrap();
-        client
-            .batch_execute(&format!("DROP TABLE IF EXISTS \"{}\"", self.table))
-            .await
-            .unwrap();
-    }
-}
+/// A store connected to the server and one connected through a proxy,
+/// both on one fresh table.
+type Stores = network::Pair<PostgresStore>;
 
 /// The stores for one network scenario (the same for each on PostgreSQL).
 async fn connect(url: &str, _scenario: network::Scenario) -> Stores {
-    Stores::connect(url).await
-}
-
-#[async_trait::async_trait]
-impl network::NetworkStores for Stores {
-    fn proxied(&self) -> Leases {
-        Leases::new(self.proxied.clone())
-    }
-    fn direct(&self) -> Leases {
-        Leases::new(self.direct.clone())
-    }
-    fn proxy(&self) -> &Proxy {
-        &self.proxy
-    }
-    async fn close(self) {
-        Stores::close(self).await;
-    }
+    let table = unique_table();
+    let direct = PostgresStore::builder(url)
+        .unwrap()
+        .with_table(&table)
+        .connect()
+        .await
+        .expect("connect to LEASE_TEST_POSTGRES_URL");
+    let (proxy, proxied_url) = network::proxy_for_url(url, 5432).await.unwrap();
+    let proxied = PostgresStore::builder(&proxied_url)
+        .unwrap()
+        .with_table(&table)
+        .with_pool_size(2)
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    network::Pair::new(direct, proxied, proxy, table, |direct, table| async move {
+        let client = direct.pool().get().await.unwrap();
+        client
+            .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+            .await
+            .unwrap();
+    })
 }
 
 lease_conformance::network_tests!(
@@ -108,7 +71,7 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
         return;
     };
-    let stores = Stores::connect(&url).await;
+    let stores = connect(&url, network::Scenario::StepDown).await;
     let timings = network::timings();
     let rival = Leases::new(stores.direct.clone())
         .with_timings(timings)
@@ -156,7 +119,7 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
     let abandoned = guarded.await.unwrap();
     holder.stop().await;
     let Ok(successor) = claimed else {
-        stores.close().await;
+        network::NetworkStores::close(stores).await;
         panic!(
             "no rival claimed the name within {limit:?} of the holder freezing inside its \
              guarded transaction (lease {:?}): the transaction's row lock held every claim \
@@ -171,7 +134,7 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
     );
     assert_eq!(successor.term(), 2);
     successor.release().await.unwrap();
-    stores.close().await;
+    network::NetworkStores::close(stores).await;
 }
 
 #[test]
