@@ -11,6 +11,10 @@
 //! - [`cut`](Proxy::cut): every open connection is closed at once (both sides
 //!   see it end), as when a server restarts; new connections are accepted.
 //!
+//! [`start_observed`](Proxy::start_observed) shows a test every byte a client
+//! sends (to count a wire protocol's round trips, say), on an observer of
+//! each connection's own.
+//!
 //! Dropping the proxy (or [`shutdown`](Proxy::shutdown)) stops accepting and
 //! closes every connection: every task it spawned is owned by it.
 //!
@@ -43,6 +47,12 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs, lookup_host};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+/// What one connection's client sends, shown chunk by chunk.
+type Observer = Box<dyn FnMut(&[u8]) + Send>;
+
+/// Makes the observer of each new connection: see [`Proxy::start_observed`].
+type Observe = Arc<dyn Fn() -> Observer + Send + Sync>;
+
 /// A TCP proxy on `127.0.0.1`, forwarding every connection to one target.
 /// See the [module docs](self).
 #[derive(Debug)]
@@ -74,6 +84,52 @@ impl Proxy {
     ///
     /// Outside a Tokio runtime.
     pub async fn start(target: impl ToSocketAddrs) -> io::Result<Proxy> {
+        Self::start_observed(target, || |_: &[u8]| {}).await
+    }
+
+    /// As [`start`](Self::start), with an observer of what clients send:
+    /// `observe()` is called once for each connection the proxy accepts,
+    /// and the observer it returns is given every chunk of bytes the client
+    /// sends on that connection, in order, just before they are forwarded.
+    /// Chunks follow the reads, not the protocol's messages: an observer
+    /// that parses messages keeps what it has not parsed yet.
+    ///
+    /// ```
+    /// # async fn example() -> std::io::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use lease_conformance::proxy::Proxy;
+    ///
+    /// let sent = Arc::new(AtomicUsize::new(0));
+    /// let counter = sent.clone();
+    /// let proxy = Proxy::start_observed("127.0.0.1:5432", move || {
+    ///     let counter = counter.clone();
+    ///     move |bytes: &[u8]| {
+    ///         counter.fetch_add(bytes.len(), Ordering::Relaxed);
+    ///     }
+    /// })
+    /// .await?;
+    /// # drop(proxy);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the listener.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub async fn start_observed<F, O>(target: impl ToSocketAddrs, observe: F) -> io::Result<Proxy>
+    where
+        F: Fn() -> O + Send + Sync + 'static,
+        O: FnMut(&[u8]) + Send + 'static,
+    {
+        let observe: Observe = Arc::new(move || Box::new(observe()));
         let target = lookup_host(target).await?.next().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, "the target resolved to no address")
         })?;
@@ -90,6 +146,7 @@ impl Proxy {
             generation.clone(),
             shutdown.clone(),
             accepted.clone(),
+            observe,
         ));
         Ok(Proxy {
             addr,
@@ -179,6 +236,7 @@ async fn accept_loop(
     generation: Arc<Mutex<CancellationToken>>,
     shutdown: CancellationToken,
     count: Arc<AtomicU64>,
+    observe: Observe,
 ) {
     // Dropped with the loop: aborts every connection's tasks.
     let mut connections = JoinSet::new();
@@ -199,7 +257,13 @@ async fn accept_loop(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        connections.spawn(connection(client, target, paused.subscribe(), cut));
+        connections.spawn(connection(
+            client,
+            target,
+            paused.subscribe(),
+            cut,
+            observe(),
+        ));
     }
 }
 
@@ -209,6 +273,7 @@ async fn connection(
     target: SocketAddr,
     paused: watch::Receiver<bool>,
     cut: CancellationToken,
+    observer: Observer,
 ) {
     let server = tokio::select! {
         () = cut.cancelled() => return,
@@ -226,16 +291,22 @@ async fn connection(
         () = cut.cancelled() => {}
         () = async {
             tokio::join!(
-                pump(client_read, server_write, paused.clone()),
-                pump(server_read, client_write, paused),
+                pump(client_read, server_write, paused.clone(), observer),
+                pump(server_read, client_write, paused, Box::new(|_: &[u8]| {})),
             );
         } => {}
     }
     // Both halves of both sockets are dropped here: the connections close.
 }
 
-/// Copies bytes from `from` to `to`, never while paused.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut paused: watch::Receiver<bool>) {
+/// Copies bytes from `from` to `to`, never while paused, showing them to
+/// `observer` first.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut paused: watch::Receiver<bool>,
+    mut observer: Observer,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         if paused.wait_for(|p| !*p).await.is_err() {
@@ -252,7 +323,9 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut paused: watch
         if paused.wait_for(|p| !*p).await.is_err() {
             return;
         }
-        if to.write_all(&buf[..n]).await.is_err() {
+        let chunk = &buf[..n];
+        observer(chunk);
+        if to.write_all(chunk).await.is_err() {
             return;
         }
     }
@@ -335,6 +408,28 @@ mod tests {
             .unwrap();
         assert_eq!(&buf, b"held");
         assert_eq!(round_trip(&mut stream, b"after").await, b"after");
+    }
+
+    #[tokio::test]
+    async fn an_observer_per_connection_sees_what_its_client_sends() {
+        let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let connections = seen.clone();
+        let proxy = Proxy::start_observed(echo_server().await, move || {
+            let mut all = connections.lock().unwrap();
+            all.push(Vec::new());
+            let index = all.len() - 1;
+            let connections = connections.clone();
+            move |bytes: &[u8]| connections.lock().unwrap()[index].extend_from_slice(bytes)
+        })
+        .await
+        .unwrap();
+        let mut one = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut one, b"ab").await, b"ab");
+        assert_eq!(round_trip(&mut one, b"cd").await, b"cd");
+        let mut two = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut two, b"xyz").await, b"xyz");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, vec![b"abcd".to_vec(), b"xyz".to_vec()]);
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use lease_conformance::proxy::Proxy;
 use lease_core::{
     CancellationToken, ClaimRequest, Finished, LeaseContext, LeaseStore, Leases, SlotClaim,
 };
@@ -22,8 +23,6 @@ use lease_postgres::tokio_postgres::config::Host;
 use lease_postgres::{PostgresError, PostgresStore, SslMode};
 use lease_testkit::chain;
 use rustls::RootCertStore;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 /// The parts of the test URL, to point it elsewhere.
 struct Parts {
@@ -455,79 +454,56 @@ struct Counts {
     parses: AtomicU64,
 }
 
-/// A TCP proxy in front of the server that counts what the client sends.
-async fn counting_proxy(server: (String, u16)) -> (u16, Arc<Counts>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+/// A proxy in front of the server that counts what the client sends; the
+/// proxy's port.
+async fn counting_proxy(server: (String, u16)) -> (Proxy, Arc<Counts>) {
     let counts = Arc::new(Counts::default());
     let shared = counts.clone();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let upstream = TcpStream::connect((server.0.as_str(), server.1))
-                .await
-                .unwrap();
-            let counts = shared.clone();
-            tokio::spawn(async move {
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = upstream.into_split();
-                let to_server = async move {
-                    // The startup message has no type byte.
-                    let mut startup = true;
-                    let mut pending: Vec<u8> = Vec::new();
-                    let mut buf = vec![0u8; 16 * 1024];
-                    loop {
-                        let n = match client_read.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        pending.extend_from_slice(&buf[..n]);
-                        loop {
-                            let header = if startup { 4 } else { 5 };
-                            if pending.len() < header {
-                                break;
-                            }
-                            let len_at = if startup { 0 } else { 1 };
-                            let len =
-                                u32::from_be_bytes(pending[len_at..len_at + 4].try_into().unwrap())
-                                    as usize;
-                            let total = len + len_at;
-                            if pending.len() < total {
-                                break;
-                            }
-                            if !startup {
-                                match pending[0] {
-                                    b'S' | b'Q' => {
-                                        counts.round_trips.fetch_add(1, Ordering::SeqCst);
-                                    }
-                                    b'P' => {
-                                        counts.parses.fetch_add(1, Ordering::SeqCst);
-                                    }
-                                    _ => {}
-                                }
-                            }
-                            startup = false;
-                            pending.drain(..total);
+    let proxy = Proxy::start_observed((server.0.as_str(), server.1), move || {
+        let counts = shared.clone();
+        // The startup message has no type byte.
+        let mut startup = true;
+        let mut pending: Vec<u8> = Vec::new();
+        move |bytes: &[u8]| {
+            pending.extend_from_slice(bytes);
+            loop {
+                let len_at = usize::from(!startup);
+                if pending.len() < len_at + 4 {
+                    break;
+                }
+                let len =
+                    u32::from_be_bytes(pending[len_at..len_at + 4].try_into().unwrap()) as usize;
+                let total = len + len_at;
+                if pending.len() < total {
+                    break;
+                }
+                if !startup {
+                    match pending[0] {
+                        b'S' | b'Q' => {
+                            counts.round_trips.fetch_add(1, Ordering::SeqCst);
                         }
-                        if server_write.write_all(&buf[..n]).await.is_err() {
-                            break;
+                        b'P' => {
+                            counts.parses.fetch_add(1, Ordering::SeqCst);
                         }
+                        _ => {}
                     }
-                };
-                let to_client = async move {
-                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-                };
-                tokio::join!(to_server, to_client);
-            });
+                }
+                startup = false;
+                let _ = pending.drain(..total);
+            }
         }
-    });
-    (port, counts)
+    })
+    .await
+    .unwrap();
+    (proxy, counts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_is_one_round_trip() {
     let Some(url) = common::url() else { return };
     let p = parts(&url);
-    let (port, counts) = counting_proxy((p.host.clone(), p.port)).await;
+    let (proxy, counts) = counting_proxy((p.host.clone(), p.port)).await;
+    let port = proxy.addr().port();
     // One connection, so that what is prepared once stays prepared; no TLS,
     // so that the proxy reads the messages.
     let store = PostgresStore::builder(&url_to(&p, "127.0.0.1", port, "sslmode=disable"))

@@ -1,7 +1,7 @@
 //! Helpers the workspace's own tests share, written once: unique names for
 //! tables and leases, a guard that cleans up after a test (drops its
-//! table), an error's chain on one line, and a `metrics` recorder that keeps
-//! every sample.
+//! table), an error's chain on one line, a `metrics` recorder that keeps
+//! every sample, and URL helpers.
 //!
 //! It depends on no crate of the workspace, so that any of them (lease-core
 //! included) can take it as a dev-dependency. It is not published: the
@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod metrics;
+pub mod url;
 
 use std::error::Error;
 use std::fmt::Write as _;

@@ -18,14 +18,11 @@ pub fn url() -> Option<String> {
     lease_conformance::env_url("LEASE_TEST_MYSQL_URL")
 }
 
-/// The URL with a query parameter added.
-pub fn with_param(url: &str, param: &str) -> String {
-    if url.contains('?') {
-        format!("{url}&{param}")
-    } else {
-        format!("{url}?{param}")
-    }
-}
+#[allow(
+    unused_imports,
+    reason = "each test binary uses its own part of the helpers"
+)]
+pub use lease_testkit::url::with_param;
 
 /// A store on `table`, dropped first and migrated.
 pub async fn fresh(url: &str, table: &str) -> MySqlStore {
@@ -48,63 +45,45 @@ pub async fn drop_table(store: &MySqlStore, table: &str) {
         .expect("drop table");
 }
 
-/// A TCP proxy in front of the server that counts the commands the client
+/// A proxy in front of the server that counts the commands the client
 /// sends (MySQL packets with sequence id 0), by command byte.
 pub struct Proxy {
-    /// Where clients connect.
-    pub addr: std::net::SocketAddr,
+    proxy: lease_conformance::proxy::Proxy,
     commands: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Proxy {
     /// Starts a proxy to `upstream`.
     pub async fn start(upstream: String) -> Proxy {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let commands = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = commands.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    return;
-                };
-                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
-                let (mut client_r, mut client_w) = client.into_split();
-                let (mut server_r, mut server_w) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
-                });
-                let seen = seen.clone();
-                tokio::spawn(async move {
-                    let mut pending: Vec<u8> = Vec::new();
-                    let mut buf = vec![0u8; 65536];
-                    loop {
-                        let n = match client_r.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        pending.extend_from_slice(&buf[..n]);
-                        while pending.len() >= 4 {
-                            let len = usize::from(pending[0])
-                                | usize::from(pending[1]) << 8
-                                | usize::from(pending[2]) << 16;
-                            if pending.len() < 4 + len {
-                                break;
-                            }
-                            if pending[3] == 0 && len > 0 {
-                                seen.lock().unwrap().push(pending[4]);
-                            }
-                            pending.drain(..4 + len);
-                        }
-                        if server_w.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
+        let proxy = lease_conformance::proxy::Proxy::start_observed(upstream, move || {
+            let seen = seen.clone();
+            let mut pending: Vec<u8> = Vec::new();
+            move |bytes: &[u8]| {
+                pending.extend_from_slice(bytes);
+                while pending.len() >= 4 {
+                    let len = usize::from(pending[0])
+                        | usize::from(pending[1]) << 8
+                        | usize::from(pending[2]) << 16;
+                    if pending.len() < 4 + len {
+                        break;
                     }
-                });
+                    if pending[3] == 0 && len > 0 {
+                        seen.lock().unwrap().push(pending[4]);
+                    }
+                    let _ = pending.drain(..4 + len);
+                }
             }
-        });
-        Proxy { addr, commands }
+        })
+        .await
+        .unwrap();
+        Proxy { proxy, commands }
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.proxy.addr()
     }
 
     /// Forgets the commands counted so far.
@@ -131,9 +110,7 @@ impl Proxy {
 
 /// `host:port` of the server `url` names.
 pub fn upstream(url: &str) -> String {
-    let opts = lease_mysql::mysql_async::Opts::from_url(&url.replacen("mariadb://", "mysql://", 1))
-        .unwrap();
-    format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port())
+    lease_conformance::network::server_of(url, 3306).unwrap()
 }
 
 /// A store through `proxy`, on one connection, built by `connect` (with
@@ -145,17 +122,9 @@ pub async fn proxied_store(
     table: &str,
     prefer_socket: bool,
 ) -> MySqlStore {
-    let opts = lease_mysql::mysql_async::Opts::from_url(&url.replacen("mariadb://", "mysql://", 1))
-        .unwrap();
-    let credentials = match (opts.user(), opts.pass()) {
-        (Some(user), Some(pass)) => format!("{user}:{pass}@"),
-        (Some(user), None) => format!("{user}@"),
-        _ => String::new(),
-    };
-    let proxied = format!(
-        "mysql://{credentials}{}/{}?prefer_socket={prefer_socket}",
-        proxy.addr,
-        opts.db_name().unwrap_or_default()
+    let proxied = with_param(
+        &lease_conformance::network::url_via(url, proxy.addr()).unwrap(),
+        &format!("prefer_socket={prefer_socket}"),
     );
     MySqlStore::builder(&proxied)
         .unwrap()
@@ -186,12 +155,9 @@ pub async fn exec(pool: &Pool, statement: &str) {
 
 /// `url` with another user and password, over TCP.
 pub fn url_as(url: &str, user: &str, password: &str) -> String {
-    let opts = Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap();
-    format!(
-        "mysql://{user}:{password}@{}:{}/{}?prefer_socket=false",
-        opts.ip_or_hostname(),
-        opts.tcp_port(),
-        opts.db_name().unwrap_or_default()
+    with_param(
+        &lease_testkit::url::url_as(url, user, password),
+        "prefer_socket=false",
     )
 }
 

@@ -20,14 +20,11 @@ pub fn url() -> Option<String> {
     lease_conformance::env_url("LEASE_TEST_POSTGRES_URL")
 }
 
-/// The URL with a query parameter added (or replaced, for `sslmode`).
-pub fn with_param(url: &str, param: &str) -> String {
-    if url.contains('?') {
-        format!("{url}&{param}")
-    } else {
-        format!("{url}?{param}")
-    }
-}
+#[allow(
+    unused_imports,
+    reason = "each test binary uses its own part of the helpers"
+)]
+pub use lease_testkit::url::{url_as, with_param};
 
 /// A table name no other test, process or run uses; its creation time is in
 /// the name, so that a later run can drop it once stale.
@@ -97,13 +94,6 @@ pub async fn sweep(store: &PostgresStore) {
             }
         })
         .await;
-}
-
-/// `url` with another user and password.
-pub fn url_as(url: &str, user: &str, password: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let rest = rest.split_once('@').map_or(rest, |(_, host)| host);
-    format!("{scheme}://{user}:{password}@{rest}")
 }
 
 /// Runs `statement` (one or more, `;`-separated) as the store's user.
