@@ -335,7 +335,7 @@ fn watch_line(name: &str, info: Option<&LeaseInfo>, skipped: u64, json: bool) ->
         (Some(info), true) => {
             let mut v = output::json(info);
             if let Some(object) = v.as_object_mut() {
-                object.insert("terms_skipped".to_owned(), skipped.into());
+                let _ = object.insert("terms_skipped".to_owned(), skipped.into());
             }
             v.to_string()
         }
@@ -367,7 +367,7 @@ async fn watch(db: &Db, name: &str, interval: Duration, json: bool) -> Result<()
     tokio::pin!(ctrl_c);
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
+    let _ = ticks.tick().await;
     loop {
         tokio::select! {
             _ = &mut ctrl_c => return Ok(()),

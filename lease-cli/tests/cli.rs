@@ -26,7 +26,8 @@ fn unique(case: &str) -> String {
 
 fn command(url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.args(args)
+    let _ = cmd
+        .args(args)
         .env("LEASE_DATABASE_URL", url)
         .stdin(Stdio::null())
         .kill_on_drop(true);
@@ -196,7 +197,8 @@ async fn release_needs_force_then_frees_the_term(url: &str) {
     let out = lease(url, &["release", &name]).await;
     assert_code(&out, 2);
     assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
-    held.verify()
+    let _ = held
+        .verify()
         .await
         .expect("still held after a refused release");
 

@@ -26,7 +26,7 @@ impl Counter {
 #[async_trait]
 impl Intercept for Counter {
     async fn before(&self, _op: Op) -> Result<(), BoxError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        let _ = self.calls.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }

@@ -175,12 +175,12 @@ impl Proxy {
     /// come; the connections stay open. Bytes read meanwhile are held back
     /// until [`resume`](Proxy::resume).
     pub fn pause(&self) {
-        self.paused.send_replace(true);
+        let _ = self.paused.send_replace(true);
     }
 
     /// Forwards bytes again, those held back first.
     pub fn resume(&self) {
-        self.paused.send_replace(false);
+        let _ = self.paused.send_replace(false);
     }
 
     /// How many connections the proxy has accepted so far: a test shows
@@ -252,12 +252,12 @@ async fn accept_loop(
             // left): the listener stays usable.
             continue;
         };
-        count.fetch_add(1, Ordering::SeqCst);
+        let _ = count.fetch_add(1, Ordering::SeqCst);
         let cut = generation
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        connections.spawn(connection(
+        let _ = connections.spawn(connection(
             client,
             target,
             paused.subscribe(),
@@ -345,10 +345,10 @@ mod tests {
     async fn echo_server() -> SocketAddr {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
+        let _ = tokio::spawn(async move {
             loop {
                 let (mut socket, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
+                let _ = tokio::spawn(async move {
                     let mut buf = [0u8; 1024];
                     loop {
                         match socket.read(&mut buf).await {
@@ -369,7 +369,7 @@ mod tests {
     async fn round_trip(stream: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
         stream.write_all(msg).await.unwrap();
         let mut buf = vec![0u8; msg.len()];
-        timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+        let _ = timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
             .await
             .expect("an answer through the proxy")
             .unwrap();
@@ -402,7 +402,7 @@ mod tests {
         );
 
         proxy.resume();
-        timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+        let _ = timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
             .await
             .expect("the held bytes after resume")
             .unwrap();
@@ -445,7 +445,7 @@ mod tests {
                 .is_err()
         );
         proxy.resume();
-        timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+        let _ = timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
             .await
             .unwrap()
             .unwrap();

@@ -360,7 +360,8 @@ impl LeaseStore for MemoryStore {
             let now = self.now();
             match t.rows.get_mut(&key) {
                 None => {
-                    t.rows
+                    let _ = t
+                        .rows
                         .insert(key, Self::new_row(holder, instance, now + lease_ms, 0));
                     Ok(Some(1))
                 }
@@ -452,7 +453,7 @@ impl LeaseStore for MemoryStore {
             let now = self.now();
             let key = self.key(name);
             let Some(row) = t.rows.get_mut(&key) else {
-                t.rows.insert(
+                let _ = t.rows.insert(
                     key,
                     Self::new_row(holder, instance, now + lease_ms, slot_ms),
                 );

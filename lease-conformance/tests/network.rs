@@ -35,10 +35,10 @@ async fn echo_server() -> Echo {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut tasks = JoinSet::new();
-    tasks.spawn(async move {
+    let _ = tasks.spawn(async move {
         let mut connections = JoinSet::new();
         while let Ok((mut stream, _)) = listener.accept().await {
-            connections.spawn(async move {
+            let _ = connections.spawn(async move {
                 let (mut r, mut w) = stream.split();
                 let _ = tokio::io::copy(&mut r, &mut w).await;
             });
@@ -80,7 +80,7 @@ impl Intercept for OverTcp {
         };
         stream.write_all(b"?").await?;
         let mut byte = [0_u8; 1];
-        stream.read_exact(&mut byte).await?;
+        let _ = stream.read_exact(&mut byte).await?;
         *slot = Some(stream);
         Ok(())
     }

@@ -69,7 +69,7 @@ fn mapping_names_every_case_and_only_cases() {
                 cases.contains(name),
                 "the mapping names {name}, which is not a case"
             );
-            mapped.insert(*name);
+            let _ = mapped.insert(*name);
         }
     }
     let unmapped: Vec<&&str> = cases.difference(&mapped).collect();

@@ -38,7 +38,7 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
         .connect()
         .await
         .expect("connect to LEASE_TEST_MYSQL_URL");
-    SWEPT.get_or_init(|| sweep(&store)).await;
+    let _ = SWEPT.get_or_init(|| sweep(&store)).await;
     let cleanup = lease_testkit::Cleanup::new(move || async move {
         let Ok(builder) = MySqlStore::builder(&url) else {
             return;

@@ -162,7 +162,7 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_between_statements
     let leases = Leases::new(store.clone());
     let ctx = context(&leases, "cancel").await;
     let ender = ctx.clone();
-    tokio::spawn(async move {
+    let _ = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         ender.end(EndCause::Lost(LostCause::NotHolder));
     });
@@ -193,7 +193,7 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_mid_statement() {
     let leases = Leases::new(store.clone());
     let ctx = context(&leases, "cancel-mid").await;
     let ender = ctx.clone();
-    tokio::spawn(async move {
+    let _ = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         ender.end(EndCause::ParentCancelled);
     });

@@ -70,7 +70,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     let (n, _) = count!("release", store.release("c1", "h").await.unwrap());
     assert_eq!(n, 1);
     let (n, term) = count!("claim (takeover of a released name)", {
-        store.release("c1", "h").await.unwrap();
+        let _ = store.release("c1", "h").await.unwrap();
         store
             .claim(ClaimRequest {
                 name: "c1",
@@ -165,7 +165,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     );
     assert_eq!(n, 1);
     let (n, _) = count!("claim_slot (free: read + update)", {
-        store.release("s", "h").await.unwrap();
+        let _ = store.release("s", "h").await.unwrap();
         slot += 1;
         store
             .claim_slot(
@@ -280,9 +280,9 @@ async fn with_prefer_socket_a_proxy_sees_only_the_first_handshake() {
     let setup = common::fresh(&url, table).await;
     let proxy = common::Proxy::start(common::upstream(&url)).await;
     let store = common::proxied_store(&url, &proxy, table, true).await;
-    store.now_ms().await.unwrap();
+    let _ = store.now_ms().await.unwrap();
     proxy.reset();
-    store
+    let _ = store
         .claim(ClaimRequest {
             name: "x",
             holder: "h",

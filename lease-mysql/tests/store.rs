@@ -52,7 +52,7 @@ async fn a_192_byte_name_is_refused_before_any_sql_and_191_bytes_are_kept_whole(
     let proxy = common::Proxy::start(common::upstream(&url)).await;
     let store = common::proxied_store(&url, &proxy, table, false).await;
     let leases = Leases::new(store.clone());
-    store.now_ms().await.unwrap();
+    let _ = store.now_ms().await.unwrap();
     proxy.reset();
     let err = leases
         .claim(&"x".repeat(MAX_NAME_BYTES + 1))
@@ -368,7 +368,7 @@ async fn eight_replicas_migrating_a_new_table_at_once_all_succeed() {
         .map(|s| {
             let barrier = barrier.clone();
             tokio::spawn(async move {
-                barrier.wait().await;
+                let _ = barrier.wait().await;
                 s.migrate().await
             })
         })

@@ -64,7 +64,7 @@ async fn an_encoded_password_with_those_characters_connects() {
     }
     drop(conn);
     admin.disconnect().await.unwrap();
-    connected.unwrap();
+    let _ = connected.unwrap();
 }
 
 /// Issue 16, item 6: `MySqlStore::pool()` handed out mysql_async's `Pool`,

@@ -318,22 +318,22 @@ impl PostgresStoreBuilder {
             .or(url_statement_mode)
             .unwrap_or_default();
         let mode = self.ssl_mode.unwrap_or(url_mode);
-        config.ssl_mode(mode.driver_mode());
+        let _ = config.ssl_mode(mode.driver_mode());
         let connect_timeout = self
             .connect_timeout
             .or_else(|| config.get_connect_timeout().copied())
             .unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-        config.connect_timeout(connect_timeout);
+        let _ = config.connect_timeout(connect_timeout);
         if let Some(timeout) = self.statement_timeout {
             let setting = format!("-c statement_timeout={}", timeout.as_millis().max(1));
             let options = match config.get_options() {
                 Some(existing) if !existing.trim().is_empty() => format!("{existing} {setting}"),
                 _ => setting,
             };
-            config.options(options);
+            let _ = config.options(options);
         }
         if config.get_application_name().is_none() {
-            config.application_name(DEFAULT_APPLICATION_NAME);
+            let _ = config.application_name(DEFAULT_APPLICATION_NAME);
         }
         let roots = match (self.roots, root_cert) {
             (Some(roots), _) => Some(roots),

@@ -82,11 +82,11 @@ pub(crate) async fn migrate(
             let key = migrate_lock_key(quoted);
             match mode {
                 StatementMode::Unnamed => {
-                    tx.query_typed(MIGRATE_LOCK, &[(&key, Type::INT8)]).await?;
+                    let _ = tx.query_typed(MIGRATE_LOCK, &[(&key, Type::INT8)]).await?;
                 }
                 StatementMode::Prepared => {
                     let lock = tx.prepare_cached(MIGRATE_LOCK).await?;
-                    tx.execute(&lock, &[&key]).await?;
+                    let _ = tx.execute(&lock, &[&key]).await?;
                 }
             }
             tx.batch_execute(&sql.create_table).await?;

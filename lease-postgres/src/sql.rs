@@ -497,7 +497,7 @@ impl PostgresStore {
                     .await?;
                 let mut stream = std::pin::pin!(stream);
                 while let Some(row) = stream.next().await {
-                    row?;
+                    let _ = row?;
                 }
                 Ok(stream.rows_affected().unwrap_or(0))
             }
@@ -584,8 +584,8 @@ mod tests {
             "<holder token> [<holder token>]"
         );
         let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
-        token.to_sql(&Type::TEXT, &mut a).unwrap();
-        "t0k3n-secret".to_sql(&Type::TEXT, &mut b).unwrap();
+        let _ = token.to_sql(&Type::TEXT, &mut a).unwrap();
+        let _ = "t0k3n-secret".to_sql(&Type::TEXT, &mut b).unwrap();
         assert_eq!(a, b);
     }
 }

@@ -189,7 +189,7 @@ impl LeaseStore for PostgresStore {
             let name: &str = row.try_get(0)?;
             let holder: &str = row.try_get(1)?;
             let now: i64 = row.try_get(2)?;
-            renewed.insert((name, holder), now);
+            let _ = renewed.insert((name, holder), now);
         }
         Ok(leases
             .iter()

@@ -100,15 +100,16 @@ async fn a_statement_cancelled_by_the_server_timeout_is_a_conflict_and_retryable
     // Another session locks the row and keeps its transaction open.
     let mut blocker = admin.pool().get().await.unwrap();
     let tx = blocker.transaction().await.unwrap();
-    tx.execute(
-        &format!(
-            "SELECT 1 FROM \"{}\" WHERE name = 'locked' FOR UPDATE",
-            admin.table()
-        ),
-        &[],
-    )
-    .await
-    .unwrap();
+    let _ = tx
+        .execute(
+            &format!(
+                "SELECT 1 FROM \"{}\" WHERE name = 'locked' FOR UPDATE",
+                admin.table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
     let err = handle
         .renew()
         .await

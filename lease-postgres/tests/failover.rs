@@ -64,7 +64,7 @@ async fn control(url: &str) -> Client {
     let (client, connection) = lease_postgres::tokio_postgres::connect(url, NoTls)
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-    tokio::spawn(connection);
+    let _ = tokio::spawn(connection);
     client
 }
 
@@ -299,7 +299,7 @@ async fn a_second_holder_after_failover() {
             None
         })
     };
-    standby
+    let _ = standby
         .query_one("SELECT pg_promote(true, 60)", &[])
         .await
         .unwrap();

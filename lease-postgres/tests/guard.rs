@@ -78,7 +78,7 @@ async fn a_lost_lease_is_refused_before_any_statement_of_the_work() {
     // Held: the work runs and commits, under the term.
     let sql = insert(&business);
     let term = i64::try_from(ctx.term()).unwrap();
-    store
+    let _ = store
         .transaction(&ctx, |tx| {
             let sql = sql.clone();
             Box::pin(async move {
@@ -161,22 +161,24 @@ async fn a_stale_transaction_keeps_the_successor_waiting_until_it_ends() {
             store
                 .transaction(&ctx, move |tx| {
                     Box::pin(async move {
-                        tx.execute_typed(
-                            &sql,
-                            &[(&term, Type::INT8), (&"before the stall", Type::TEXT)],
-                        )
-                        .await?;
+                        let _ = tx
+                            .execute_typed(
+                                &sql,
+                                &[(&term, Type::INT8), (&"before the stall", Type::TEXT)],
+                            )
+                            .await?;
                         let _ = verified_tx.send(());
                         // Stalled well past the 800 ms lease, inside a
                         // statement (a slow server, a lock): not idle time,
                         // which the server would end at the 500 ms local
                         // deadline (see stepdown.rs for a holder frozen idle).
-                        tx.execute_typed("SELECT pg_sleep(1.3)", &[]).await?;
-                        tx.execute_typed(
-                            &sql,
-                            &[(&term, Type::INT8), (&"after the stall", Type::TEXT)],
-                        )
-                        .await?;
+                        let _ = tx.execute_typed("SELECT pg_sleep(1.3)", &[]).await?;
+                        let _ = tx
+                            .execute_typed(
+                                &sql,
+                                &[(&term, Type::INT8), (&"after the stall", Type::TEXT)],
+                            )
+                            .await?;
                         Ok::<_, lease_postgres::tokio_postgres::Error>(())
                     })
                 })
@@ -286,7 +288,7 @@ async fn the_holders_own_renewals_and_release_are_not_held_up() {
             .expect("a renewal waited for the holder's own transaction")
             .unwrap();
     }
-    timeout(Duration::from_millis(500), h.verify())
+    let _ = timeout(Duration::from_millis(500), h.verify())
         .await
         .expect("verify waited")
         .unwrap();
@@ -396,7 +398,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
         let h = leases.claim("cancelled").await.unwrap().unwrap();
         let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
         let ender = ctx.clone();
-        tokio::spawn(async move {
+        let _ = tokio::spawn(async move {
             sleep(Duration::from_millis(300)).await;
             ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
         });
@@ -405,10 +407,11 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
         let err = store
             .transaction(&ctx, move |tx| {
                 Box::pin(async move {
-                    tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"rolled back", Type::TEXT)])
+                    let _ = tx
+                        .execute_typed(&sql, &[(&1_i64, Type::INT8), (&"rolled back", Type::TEXT)])
                         .await?;
                     if on_server {
-                        tx.execute_typed(stall, &[]).await?;
+                        let _ = tx.execute_typed(stall, &[]).await?;
                     } else {
                         sleep(Duration::from_secs(30)).await;
                     }
@@ -466,7 +469,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     let h = leases.claim("stopped").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
     let ender = ctx.clone();
-    tokio::spawn(async move {
+    let _ = tokio::spawn(async move {
         sleep(Duration::from_millis(200)).await;
         ender.end(EndCause::Stopped);
     });
@@ -474,7 +477,8 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     let err = store
         .transaction(&ctx, move |tx| {
             Box::pin(async move {
-                tx.execute_typed(&sql2, &[(&1_i64, Type::INT8), (&"stopped", Type::TEXT)])
+                let _ = tx
+                    .execute_typed(&sql2, &[(&1_i64, Type::INT8), (&"stopped", Type::TEXT)])
                     .await?;
                 sleep(Duration::from_secs(30)).await;
                 Ok::<_, lease_postgres::tokio_postgres::Error>(())
@@ -505,7 +509,8 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     let err = store
         .transaction(&ctx, move |tx| {
             Box::pin(async move {
-                tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"work failed", Type::TEXT)])
+                let _ = tx
+                    .execute_typed(&sql, &[(&1_i64, Type::INT8), (&"work failed", Type::TEXT)])
                     .await
                     .map_err(|e| e.to_string())?;
                 Err::<(), _>("the work gave up".to_owned())
@@ -548,7 +553,7 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
                         Box::pin(async move {
                             let _ = verified_tx.send(());
                             // Stalled inside a statement, not idle: see above.
-                            tx.execute_typed("SELECT pg_sleep(1.3)", &[]).await?;
+                            let _ = tx.execute_typed("SELECT pg_sleep(1.3)", &[]).await?;
                             tx.execute_typed(
                                 &sql,
                                 &[(&term, Type::INT8), (&"late write", Type::TEXT)],
@@ -583,7 +588,7 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
                  was open: {early:?}; the stale transaction: {stale:?}"
             );
         }
-        stale.await.unwrap().expect("the stale transaction commits");
+        let _ = stale.await.unwrap().expect("the stale transaction commits");
         let r = rival_claim
             .await
             .unwrap()
@@ -661,7 +666,7 @@ async fn a_row_of_another_term_does_not_verify() {
     let h = leases.claim("job").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
     let client = store.pool().get().await.unwrap();
-    client
+    let _ = client
         .execute_typed(
             &format!(
                 "UPDATE \"{}\" SET term = term + 1 WHERE name = 'job'",
@@ -712,7 +717,8 @@ async fn work_that_fails_or_panics_is_rolled_back() {
     let err = store
         .transaction(&ctx, move |tx| {
             Box::pin(async move {
-                tx.execute_typed(&s, &[(&1_i64, Type::INT8), (&"failed", Type::TEXT)])
+                let _ = tx
+                    .execute_typed(&s, &[(&1_i64, Type::INT8), (&"failed", Type::TEXT)])
                     .await
                     .unwrap();
                 Err::<(), _>("the work gave up")
@@ -728,7 +734,8 @@ async fn work_that_fails_or_panics_is_rolled_back() {
             store
                 .transaction(&ctx, move |tx| {
                     Box::pin(async move {
-                        tx.execute_typed(&s, &[(&1_i64, Type::INT8), (&"panicked", Type::TEXT)])
+                        let _ = tx
+                            .execute_typed(&s, &[(&1_i64, Type::INT8), (&"panicked", Type::TEXT)])
                             .await
                             .unwrap();
                         panic!("in the work");
@@ -742,7 +749,7 @@ async fn work_that_fails_or_panics_is_rolled_back() {
     };
     assert!(panicked.unwrap_err().is_panic());
 
-    store
+    let _ = store
         .transaction(&ctx, move |tx| {
             Box::pin(async move {
                 tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"after", Type::TEXT)])
@@ -770,16 +777,16 @@ impl RoundTrips {
         let addr = listener.local_addr().unwrap();
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = count.clone();
-        tokio::spawn(async move {
+        let _ = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
                 let (mut client_r, mut client_w) = client.into_split();
                 let (mut server_r, mut server_w) = server.into_split();
-                tokio::spawn(async move {
+                let _ = tokio::spawn(async move {
                     let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
                 });
                 let seen = seen.clone();
-                tokio::spawn(async move {
+                let _ = tokio::spawn(async move {
                     let mut pending: Vec<u8> = Vec::new();
                     let mut buf = vec![0u8; 65536];
                     // The startup packets (SSLRequest, StartupMessage) have
@@ -803,14 +810,14 @@ impl RoundTrips {
                             }
                             if typed {
                                 if matches!(pending[0], b'Q' | b'S') {
-                                    seen.fetch_add(1, Ordering::SeqCst);
+                                    let _ = seen.fetch_add(1, Ordering::SeqCst);
                                 }
                             } else if pending.len() >= 8
                                 && u32::from_be_bytes(pending[4..8].try_into().unwrap()) == 196_608
                             {
                                 typed = true; // the StartupMessage, protocol 3.0
                             }
-                            pending.drain(..at + len);
+                            let _ = pending.drain(..at + len);
                         }
                         if server_w.write_all(&buf[..n]).await.is_err() {
                             return;
@@ -863,7 +870,7 @@ async fn a_guarded_transaction_takes_one_round_trip_more_than_the_unverified_one
     let guarded = |prepared: bool| {
         let (store, ctx, insert) = (store.clone(), ctx.clone(), insert.clone());
         async move {
-            store
+            let _ = store
                 .transaction(&ctx, move |tx| {
                     Box::pin(async move {
                         if prepared {
@@ -884,7 +891,7 @@ async fn a_guarded_transaction_takes_one_round_trip_more_than_the_unverified_one
             let mut client = store.pool().get().await.unwrap();
             let tx = client.transaction().await.unwrap();
             let stmt = tx.prepare_cached(&insert).await.unwrap();
-            tx.execute(&stmt, &[&1_i64, &"counted"]).await.unwrap();
+            let _ = tx.execute(&stmt, &[&1_i64, &"counted"]).await.unwrap();
             tx.commit().await.unwrap();
         }
     };
@@ -896,11 +903,12 @@ async fn a_guarded_transaction_takes_one_round_trip_more_than_the_unverified_one
             let mut client = store.pool().get().await.unwrap();
             let tx = client.transaction().await.unwrap();
             let verify = tx.prepare_cached(guard.sql()).await.unwrap();
-            tx.query_one(&verify, &[&p.name, &p.holder, &p.term])
+            let _ = tx
+                .query_one(&verify, &[&p.name, &p.holder, &p.term])
                 .await
                 .unwrap();
             let stmt = tx.prepare_cached(&insert).await.unwrap();
-            tx.execute(&stmt, &[&1_i64, &"counted"]).await.unwrap();
+            let _ = tx.execute(&stmt, &[&1_i64, &"counted"]).await.unwrap();
             tx.commit().await.unwrap();
         }
     };
@@ -909,7 +917,7 @@ async fn a_guarded_transaction_takes_one_round_trip_more_than_the_unverified_one
     guarded(true).await;
     plain().await;
     by_hand().await;
-    proxy.take();
+    let _ = proxy.take();
     guarded(true).await;
     let guarded_rt = proxy.take();
     plain().await;

@@ -47,7 +47,7 @@ async fn holder_tokens_never_reach_the_drivers_debug_log() {
     // claim, renew, verify, renew_many, release
     let held = leases.claim("logs:a").await.unwrap().unwrap();
     held.renew().await.unwrap();
-    held.verify().await.unwrap();
+    let _ = held.verify().await.unwrap();
     let other = leases.claim("logs:b").await.unwrap().unwrap();
     let renewed = store
         .renew_many(

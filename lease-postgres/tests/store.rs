@@ -244,8 +244,8 @@ async fn eight_replicas_migrating_a_missing_table_at_once_all_succeed() {
         let mut tasks = tokio::task::JoinSet::new();
         for store in replicas.clone() {
             let barrier = barrier.clone();
-            tasks.spawn(async move {
-                barrier.wait().await;
+            let _ = tasks.spawn(async move {
+                let _ = barrier.wait().await;
                 store.migrate().await
             });
         }
@@ -480,10 +480,10 @@ async fn counting_proxy(server: (String, u16)) -> (Proxy, Arc<Counts>) {
                 if !startup {
                     match pending[0] {
                         b'S' | b'Q' => {
-                            counts.round_trips.fetch_add(1, Ordering::SeqCst);
+                            let _ = counts.round_trips.fetch_add(1, Ordering::SeqCst);
                         }
                         b'P' => {
-                            counts.parses.fetch_add(1, Ordering::SeqCst);
+                            let _ = counts.parses.fetch_add(1, Ordering::SeqCst);
                         }
                         _ => {}
                     }

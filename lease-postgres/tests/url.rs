@@ -51,7 +51,7 @@ fn the_pool_the_store_hands_out_does_not_show_the_password() {
     use lease_postgres::tokio_postgres::{Config, NoTls};
 
     let mut config = Config::new();
-    config
+    let _ = config
         .host("127.0.0.1")
         .port(1)
         .user("app")

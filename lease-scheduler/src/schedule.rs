@@ -50,9 +50,9 @@ enum Kind {
 impl fmt::Debug for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Schedule");
-        d.field("source", &self.source);
+        let _ = d.field("source", &self.source);
         if let Kind::Cron { tz, .. } = &self.kind {
-            d.field("time_zone", &tz.name());
+            let _ = d.field("time_zone", &tz.name());
         }
         d.finish()
     }

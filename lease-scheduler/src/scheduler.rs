@@ -298,7 +298,7 @@ impl Scheduler {
         for job in &inner.jobs {
             let (tx, rx) = mpsc::channel(1);
             if !job.per_instance {
-                offers.insert(job.lease_name.clone(), tx);
+                let _ = offers.insert(job.lease_name.clone(), tx);
             }
             let ctx = JobTask {
                 job: job.clone(),
@@ -308,7 +308,7 @@ impl Scheduler {
                 running: running.clone(),
                 look_back: inner.look_back,
             };
-            tasks.spawn(ctx.run(rx).instrument(span.clone()));
+            let _ = tasks.spawn(ctx.run(rx).instrument(span.clone()));
         }
         if !offers.is_empty() {
             let sweep = Sweep {
@@ -318,7 +318,7 @@ impl Scheduler {
                 interval: inner.sweep_interval,
                 offers,
             };
-            tasks.spawn(sweep.run().instrument(span.clone()));
+            let _ = tasks.spawn(sweep.run().instrument(span.clone()));
         }
         shutdown.cancelled().await;
         tracing::info!(
@@ -362,7 +362,7 @@ struct RunningGuard {
 
 impl RunningGuard {
     fn new(running: &Running, job: &Arc<str>) -> Self {
-        lock(running).insert(job.clone());
+        let _ = lock(running).insert(job.clone());
         metrics::running(1.0);
         RunningGuard {
             running: running.clone(),
@@ -373,7 +373,7 @@ impl RunningGuard {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        lock(&self.running).remove(&self.job);
+        let _ = lock(&self.running).remove(&self.job);
         metrics::running(-1.0);
     }
 }

@@ -816,7 +816,7 @@ fn registration_errors_fail_the_build_with_a_clear_message() {
     assert!(err.to_string().contains("\"a\""), "{err}");
 
     // cron: is 5 bytes: a 186-byte name makes a 191-byte lease name.
-    build(vec![job(&"n".repeat(186), "@hourly")]).unwrap();
+    let _ = build(vec![job(&"n".repeat(186), "@hourly")]).unwrap();
     let err = build(vec![job(&"n".repeat(187), "@hourly")]).unwrap_err();
     assert!(
         matches!(

@@ -92,7 +92,7 @@ struct Ending {
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        self.history.in_flight[self.job].fetch_sub(1, Ordering::SeqCst);
+        let _ = self.history.in_flight[self.job].fetch_sub(1, Ordering::SeqCst);
         let mut recs = self.history.recs.lock().unwrap();
         recs[self.index].end_ms = Some(wall_ms());
         recs[self.index].outcome = self.outcome;
@@ -105,7 +105,7 @@ fn job(prefix: &str, i: usize, replica: &'static str, history: &Arc<History>) ->
         let history = history.clone();
         async move {
             if history.in_flight[i].fetch_add(1, Ordering::SeqCst) != 0 {
-                history.overlaps.fetch_add(1, Ordering::SeqCst);
+                let _ = history.overlaps.fetch_add(1, Ordering::SeqCst);
             }
             let index = {
                 let mut recs = history.recs.lock().unwrap();
@@ -197,13 +197,13 @@ async fn scenario(stores: [Arc<dyn LeaseStore>; 3]) {
     // Crash c mid-round: its scheduler's future dropped, its leases left to
     // expire.
     sleep(Duration::from_millis(1_500)).await;
-    mid_round(&history, "c").await;
+    let _ = mid_round(&history, "c").await;
     rc.task.abort();
     assert!(rc.task.await.unwrap_err().is_cancelled());
 
     // Shut b down mid-round: its round is cut short and given back.
     sleep(Duration::from_millis(1_000)).await;
-    mid_round(&history, "b").await;
+    let _ = mid_round(&history, "b").await;
     rb.shutdown.cancel();
     rb.task.await.unwrap().unwrap();
 

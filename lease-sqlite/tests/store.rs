@@ -148,7 +148,7 @@ async fn eight_stores_migrating_an_empty_file_at_once_all_succeed() {
         let (path, barrier) = (path.clone(), Arc::clone(&barrier));
         tasks.push(tokio::spawn(async move {
             let store = SqliteStore::open(&path).unwrap();
-            barrier.wait().await;
+            let _ = barrier.wait().await;
             store.migrate().await
         }));
     }
@@ -167,7 +167,7 @@ fn eight_stores_opening_a_new_file_at_once_all_open() {
         .map(|_| {
             let (path, barrier) = (path.clone(), Arc::clone(&barrier));
             std::thread::spawn(move || {
-                barrier.wait();
+                let _ = barrier.wait();
                 SqliteStore::open(&path).map(drop)
             })
         })
@@ -182,7 +182,7 @@ fn eight_stores_opening_a_new_file_at_once_all_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_stores_on_one_file_race_a_claim_and_one_wins() {
     let (_dir, path) = db_file();
-    migrated(&path).await;
+    let _ = migrated(&path).await;
     let stores: Vec<SqliteStore> = (0..8).map(|_| SqliteStore::open(&path).unwrap()).collect();
     for round in 0..2 {
         let barrier = Arc::new(Barrier::new(stores.len()));
@@ -190,7 +190,7 @@ async fn eight_stores_on_one_file_race_a_claim_and_one_wins() {
         for (i, store) in stores.iter().enumerate() {
             let (store, barrier) = (store.clone(), Arc::clone(&barrier));
             tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
+                let _ = barrier.wait().await;
                 store
                     .claim(ClaimRequest {
                         name: "race",
@@ -215,7 +215,7 @@ async fn eight_stores_on_one_file_race_a_claim_and_one_wins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_stores_on_one_file_race_an_instant_and_one_wins() {
     let (_dir, path) = db_file();
-    migrated(&path).await;
+    let _ = migrated(&path).await;
     let stores: Vec<SqliteStore> = (0..8).map(|_| SqliteStore::open(&path).unwrap()).collect();
     for (round, slot) in [(0_u64, 1_000_i64), (1, 2_000)] {
         let barrier = Arc::new(Barrier::new(stores.len()));
@@ -223,7 +223,7 @@ async fn eight_stores_on_one_file_race_an_instant_and_one_wins() {
         for (i, store) in stores.iter().enumerate() {
             let (store, barrier) = (store.clone(), Arc::clone(&barrier));
             tasks.push(tokio::spawn(async move {
-                barrier.wait().await;
+                let _ = barrier.wait().await;
                 let holder = format!("h{round}-{i}");
                 store
                     .claim_slot(
@@ -999,7 +999,7 @@ async fn a_guarded_transaction_commits_while_the_lease_is_held() {
     let term = store
         .transaction(&ctx, |tx| {
             tx.execute_batch("CREATE TABLE work (term INTEGER)")?;
-            tx.execute("INSERT INTO work VALUES (?1)", [7])?;
+            let _ = tx.execute("INSERT INTO work VALUES (?1)", [7])?;
             Ok::<_, SqliteError>(42)
         })
         .await
@@ -1103,7 +1103,7 @@ async fn a_guarded_transaction_ends_with_its_context() {
     let (_dir, path) = db_file();
     let (store, _handle, ctx) = claimed(&path, "ends").await;
     let ender = ctx.clone();
-    tokio::spawn(async move {
+    let _ = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
     });
@@ -1112,7 +1112,7 @@ async fn a_guarded_transaction_ends_with_its_context() {
         .transaction(&ctx, |tx| {
             tx.execute_batch("CREATE TABLE work (x INTEGER); INSERT INTO work VALUES (1)")?;
             // A statement that would run for minutes.
-            tx.query_row(
+            let _ = tx.query_row(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
                  SELECT count(*) FROM n",
                 [],
@@ -1236,7 +1236,7 @@ async fn a_renewal_waits_behind_the_guarded_transaction() {
 async fn a_guarded_transaction_on_a_row_of_another_term_runs_nothing() {
     let (_dir, path) = db_file();
     let (store, _handle, ctx) = claimed(&path, "term").await;
-    raw(&path)
+    let _ = raw(&path)
         .execute(
             "UPDATE gst_leases SET term = term + 1 WHERE name = 'term'",
             [],

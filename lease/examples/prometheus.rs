@@ -35,7 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A short tenure as leader.
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
-    tokio::spawn(async move {
+    let _ = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         stop.cancel();
     });

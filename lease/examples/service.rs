@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();
-        tokio::spawn(async move {
+        let _ = tokio::spawn(async move {
             match seconds {
                 Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
                 None => drop(tokio::signal::ctrl_c().await),

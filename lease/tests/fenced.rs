@@ -137,7 +137,7 @@ async fn program(url: &str, tag: &str) {
         .expect("a new name is free");
     let ctx = LeaseContext::new(handle.clone(), CancellationToken::new());
     let term = i64::try_from(ctx.term()).unwrap();
-    guarded(&backend, &ctx, &sql.create, None, false)
+    let _ = guarded(&backend, &ctx, &sql.create, None, false)
         .await
         .unwrap();
     let written = guarded(&backend, &ctx, &sql.insert, Some(term), false).await;
@@ -189,7 +189,7 @@ async fn program(url: &str, tag: &str) {
         .await
         .unwrap();
     assert_eq!(rows, 1, "{tag}: only the held lease's write landed");
-    guarded(&backend, &ctx2, &sql.drop, None, false)
+    let _ = guarded(&backend, &ctx2, &sql.drop, None, false)
         .await
         .unwrap();
     successor.release().await.unwrap();
@@ -391,7 +391,7 @@ async fn stalled_write(
                 .transaction(ctx, move |tx| {
                     let _ = started.send(());
                     std::thread::sleep(Duration::from_millis(stall_ms));
-                    tx.execute(&insert, [term])?;
+                    let _ = tx.execute(&insert, [term])?;
                     Ok::<_, BoxError>(())
                 })
                 .await
@@ -404,8 +404,8 @@ async fn stalled_write(
                 .transaction(ctx, move |tx| {
                     Box::pin(async move {
                         let _ = started.send(());
-                        tx.execute("SELECT pg_sleep($1)", &[&secs]).await?;
-                        tx.execute(&insert, &[&term]).await?;
+                        let _ = tx.execute("SELECT pg_sleep($1)", &[&secs]).await?;
+                        let _ = tx.execute(&insert, &[&term]).await?;
                         Ok::<_, BoxError>(())
                     })
                 })
@@ -455,7 +455,7 @@ async fn no_stale_commit(url: &str, tag: &str) {
         .unwrap()
         .unwrap();
     let setup_ctx = LeaseContext::new(setup.clone(), CancellationToken::new());
-    guarded(&backend, &setup_ctx, &sql.create, None, false)
+    let _ = guarded(&backend, &setup_ctx, &sql.create, None, false)
         .await
         .unwrap();
     setup.release().await.unwrap();
@@ -500,7 +500,7 @@ async fn no_stale_commit(url: &str, tag: &str) {
         // Each trial's stale row is told apart by deleting it.
         if outcome.is_ok() {
             let clear = format!("DELETE FROM {table} WHERE id > 0");
-            guarded(&backend, &reader, &clear, None, false)
+            let _ = guarded(&backend, &reader, &clear, None, false)
                 .await
                 .unwrap();
         }
@@ -517,7 +517,7 @@ async fn no_stale_commit(url: &str, tag: &str) {
         stale_commits, 0,
         "{tag}: stale commits after the successor's claim"
     );
-    guarded(&backend, &setup_ctx, &sql.drop, None, false)
+    let _ = guarded(&backend, &setup_ctx, &sql.drop, None, false)
         .await
         .unwrap();
     setup.release().await.unwrap();

@@ -76,7 +76,7 @@ fn spawn(url: &str, name: &str, instance: &str) -> Elector {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, leading) = mpsc::channel();
-    std::thread::spawn(move || {
+    let _ = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let mut words = line.split_whitespace();
             if words.next() == Some("LEADING") {
@@ -107,11 +107,11 @@ async fn scenario(url: &str) -> Result<(), String> {
     let mut second = spawn(url, &name, "kill-b");
     tokio::time::sleep(Duration::from_secs(1)).await; // it campaigns, and follows
     first.child.kill().unwrap(); // SIGKILL: nothing given back
-    first.child.wait().unwrap();
+    let _ = first.child.wait().unwrap();
     let at_kill = observer.get(&full).await.unwrap().unwrap();
     let result = second.leading.recv_timeout(LEASE + Duration::from_secs(15));
     second.child.kill().unwrap();
-    second.child.wait().unwrap();
+    let _ = second.child.wait().unwrap();
     let (next_term, claimed_at) =
         result.map_err(|_| "the second elector never took over".to_owned())?;
     if at_kill.instance != "kill-a" || !at_kill.held() {

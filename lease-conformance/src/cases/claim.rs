@@ -125,8 +125,8 @@ async fn race(ctx: &Ctx, name: &str, contenders: usize) -> Vec<u64> {
         let leases = ctx.leases();
         let name = name.to_owned();
         let barrier = barrier.clone();
-        set.spawn(async move {
-            barrier.wait().await;
+        let _ = set.spawn(async move {
+            let _ = barrier.wait().await;
             leases.claim(&name).await
         });
     }
@@ -225,7 +225,7 @@ pub async fn name_of_maximum_length_is_claimed_whole(ctx: Ctx) {
     .await;
     assert_eq!(ok(h.verify().await, "verify of the long name"), 1);
     let mut shorter = name.clone();
-    shorter.pop();
+    let _ = shorter.pop();
     let other = claimed(
         &leases,
         &shorter,

@@ -92,8 +92,8 @@ pub async fn concurrent_migrations_of_a_new_table_all_succeed(ctx: Ctx) {
     for _ in 0..8 {
         let store = store.clone();
         let barrier = barrier.clone();
-        set.spawn(async move {
-            barrier.wait().await;
+        let _ = set.spawn(async move {
+            let _ = barrier.wait().await;
             Leases::from_arc(store).migrate().await
         });
     }

@@ -181,8 +181,8 @@ pub async fn concurrent_rerun_claims_have_one_winner(ctx: Ctx) {
         let leases = ctx.leases();
         let u = u.clone();
         let barrier = barrier.clone();
-        set.spawn(async move {
-            barrier.wait().await;
+        let _ = set.spawn(async move {
+            let _ = barrier.wait().await;
             leases.claim_rerun(&u).await
         });
     }

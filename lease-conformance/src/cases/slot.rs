@@ -144,8 +144,8 @@ pub async fn concurrent_slot_claims_have_one_winner(ctx: Ctx) {
             let leases = ctx.leases();
             let name = name.clone();
             let barrier = barrier.clone();
-            set.spawn(async move {
-                barrier.wait().await;
+            let _ = set.spawn(async move {
+                let _ = barrier.wait().await;
                 leases.claim_slot(&name, s).await
             });
         }
@@ -497,7 +497,7 @@ pub async fn finish_on_known_lost_handle_records_end_without_giving_back(ctx: Ct
         "passed must not be taken along when the end is recorded without giving back"
     );
     // The end is recorded: once the holder's lease is gone, nothing is found.
-    h.release().await.ok();
+    let _ = h.release().await.ok();
     assert!(
         ok(
             rival.unfinished_slots(&[name.as_str()]).await,
@@ -524,7 +524,7 @@ pub async fn finish_of_plain_claim_is_refused(ctx: Ctx) {
         "expected NoInstant, got {e:?}"
     );
     assert_eq!(ctx.statements(), before);
-    ok(h.verify().await, "the lease is untouched");
+    let _ = ok(h.verify().await, "the lease is untouched");
 }
 
 /// An instant at or before the UNIX epoch is refused before any statement.

@@ -65,7 +65,7 @@ pub async fn drop_table(store: &PostgresStore) {
 /// Drops the tables earlier runs left behind (once per process).
 pub async fn sweep(store: &PostgresStore) {
     static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    SWEPT
+    let _ = SWEPT
         .get_or_init(|| async {
             let client = store.pool().get().await.unwrap();
             // An unnamed statement: behind a transaction pooler (PgBouncer),

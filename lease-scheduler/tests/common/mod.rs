@@ -125,7 +125,7 @@ impl TestStore {
     }
 
     pub fn set_row(&self, name: &str, row: Row) {
-        self.state.lock().unwrap().rows.insert(name.to_owned(), row);
+        let _ = self.state.lock().unwrap().rows.insert(name.to_owned(), row);
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -260,7 +260,7 @@ impl LeaseStore for TestStore {
             }
             match s.rows.get_mut(name) {
                 None => {
-                    s.rows.insert(
+                    let _ = s.rows.insert(
                         name.to_owned(),
                         Row {
                             holder: holder.to_owned(),
