@@ -259,11 +259,13 @@ async fn verify_then_work<'c, T, E, F>(
     verify: &str,
     (name, holder, term): (&str, &str, i64),
     idle_ms: &str,
-    db: impl Fn(BoxError) -> GuardError<E>,
+    db: impl Fn(BoxError) -> GuardError<E> + Send + Sync,
     work: F,
 ) -> Result<(Transaction<'c>, Result<T, E>), GuardError<E>>
 where
-    F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>>,
+    F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>> + Send,
+    T: Send,
+    E: Send,
 {
     let db = |e: tokio_postgres::Error| db(e.into());
     let mut tx = client.transaction().await.map_err(db)?;
