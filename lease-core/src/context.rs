@@ -1,6 +1,7 @@
 //! The lease context: a handle and the cancellation that ends the work under it.
 
 use std::fmt;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -51,7 +52,8 @@ impl fmt::Display for EndCause {
 #[derive(Clone)]
 pub struct LeaseContext {
     handle: Handle,
-    cancel: CancellationToken,
+    /// Shared with the handle's state, which holds it weakly.
+    cancel: Arc<CancellationToken>,
     /// The holder's span: name, term and instance.
     span: tracing::Span,
 }
@@ -88,6 +90,7 @@ impl LeaseContext {
     /// # Ok(()) }
     /// ```
     pub fn new(handle: Handle, cancel: CancellationToken) -> Self {
+        let cancel = Arc::new(cancel);
         handle.state().attach(&cancel, None, None);
         Self::build(handle, cancel)
     }
@@ -95,12 +98,12 @@ impl LeaseContext {
     /// A context for a held lease: its token is a child of `parent`, and
     /// its local deadline `deadline`.
     pub(crate) fn held(handle: Handle, parent: &CancellationToken, deadline: Instant) -> Self {
-        let cancel = parent.child_token();
+        let cancel = Arc::new(parent.child_token());
         handle.state().attach(&cancel, Some(parent), Some(deadline));
         Self::build(handle, cancel)
     }
 
-    fn build(handle: Handle, cancel: CancellationToken) -> Self {
+    fn build(handle: Handle, cancel: Arc<CancellationToken>) -> Self {
         // At ERROR level so that the fields reach every event logged in it,
         // whatever level a subscriber filters at: a warning without the
         // lease's name would say little.

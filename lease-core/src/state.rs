@@ -11,7 +11,7 @@
 //! [`LeaseContext::lost_cause`](crate::LeaseContext) before any token ends,
 //! because the tokens can only be cancelled by `apply`, after the store.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -131,8 +131,9 @@ struct Inner {
     /// renewal (the claim, at first) plus the deadline.
     deadline: Option<Instant>,
     /// The tokens of the contexts on the handle: ended when the phase leaves
-    /// [`Phase::Held`].
-    tokens: Vec<CancellationToken>,
+    /// [`Phase::Held`]. Weak, so that a context dropped unended leaves
+    /// nothing behind but a dead entry, swept at the next attach.
+    tokens: Vec<Weak<CancellationToken>>,
 }
 
 impl Default for LeaseState {
@@ -167,9 +168,9 @@ impl LeaseState {
             if let Some(next) = next {
                 inner.record = next;
             }
-            let tokens = match inner.record.phase {
+            let tokens: Vec<_> = match inner.record.phase {
                 Phase::Held => Vec::new(),
-                _ => inner.tokens.clone(),
+                _ => inner.tokens.iter().filter_map(Weak::upgrade).collect(),
             };
             (next.is_some(), inner.record.phase, tokens)
         };
@@ -187,7 +188,7 @@ impl LeaseState {
     /// a handle whose lease is lost, or winding down, the token ends at once.
     pub(crate) fn attach(
         &self,
-        token: &CancellationToken,
+        token: &Arc<CancellationToken>,
         parent: Option<&CancellationToken>,
         deadline: Option<Instant>,
     ) {
@@ -203,8 +204,10 @@ impl LeaseState {
                     inner.deadline = deadline;
                 }
             }
-            inner.tokens.retain(|t| !t.is_cancelled());
-            inner.tokens.push(token.clone());
+            inner
+                .tokens
+                .retain(|t| t.upgrade().is_some_and(|t| !t.is_cancelled()));
+            inner.tokens.push(Arc::downgrade(token));
         }
         // Ends the token at once when the lease is not held.
         let _ = self.apply(Event::Hold);
@@ -332,14 +335,14 @@ mod tests {
 
     #[test]
     fn a_loss_is_stored_before_any_token_ends() {
-        let state = std::sync::Arc::new(LeaseState::default());
-        let token = CancellationToken::new();
+        let state = Arc::new(LeaseState::default());
+        let token = Arc::new(CancellationToken::new());
         state.attach(&token, None, None);
         assert!(!token.is_cancelled());
         // Whoever sees the token ended sees the loss: the token is cancelled
         // by `apply` only, after the store.
-        let seen = std::sync::Arc::new(Mutex::new(None));
-        let (watcher, s, t) = (seen.clone(), state.clone(), token.clone());
+        let seen = Arc::new(Mutex::new(None));
+        let (watcher, s, t) = (seen.clone(), state.clone(), (*token).clone());
         let watch = std::thread::spawn(move || {
             while !t.is_cancelled() {
                 std::hint::spin_loop();
@@ -358,7 +361,7 @@ mod tests {
     fn the_parents_ending_is_observed_on_reading() {
         let state = LeaseState::default();
         let parent = CancellationToken::new();
-        let token = parent.child_token();
+        let token = Arc::new(parent.child_token());
         state.attach(&token, Some(&parent), None);
         assert_eq!(state.record(), Record::HELD);
         parent.cancel();
@@ -375,10 +378,10 @@ mod tests {
     #[test]
     fn a_context_attached_to_a_lost_lease_ends_at_once() {
         let state = LeaseState::default();
-        let first = CancellationToken::new();
+        let first = Arc::new(CancellationToken::new());
         state.attach(&first, None, None);
         assert!(state.apply(Event::Lose(NOT_HOLDER)));
-        let second = CancellationToken::new();
+        let second = Arc::new(CancellationToken::new());
         state.attach(&second, None, None);
         assert!(second.is_cancelled());
         assert!(state.is_lost());
@@ -387,13 +390,31 @@ mod tests {
     #[test]
     fn a_lease_held_again_after_a_stop_starts_afresh() {
         let state = LeaseState::default();
-        let first = CancellationToken::new();
+        let first = Arc::new(CancellationToken::new());
         state.attach(&first, None, None);
         assert!(state.apply(Event::Stop));
         assert!(first.is_cancelled());
-        let second = CancellationToken::new();
+        let second = Arc::new(CancellationToken::new());
         state.attach(&second, None, None);
         assert!(!second.is_cancelled());
         assert_eq!(state.record(), Record::HELD);
+    }
+
+    #[test]
+    fn a_context_dropped_unended_is_swept_and_never_ended() {
+        let state = LeaseState::default();
+        for _ in 0..100 {
+            let dropped = Arc::new(CancellationToken::new());
+            state.attach(&dropped, None, None);
+        }
+        let kept = Arc::new(CancellationToken::new());
+        state.attach(&kept, None, None);
+        assert_eq!(
+            state.lock().tokens.len(),
+            1,
+            "the dropped contexts are swept"
+        );
+        assert!(state.apply(Event::Stop));
+        assert!(kept.is_cancelled());
     }
 }
