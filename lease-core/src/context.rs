@@ -46,9 +46,10 @@ impl fmt::Display for EndCause {
 /// [`Handle::hold`] returns one whose token is a child of the parent token
 /// and ends at the loss; [`run`](crate::run) hands a clone to the work.
 ///
-/// Cheap to clone; clones share the token and the cause. The phase of the
-/// lease, the cause and the local deadline live in the handle's one state,
-/// shared by every context on it.
+/// Cheap to clone; clones share the token. The lease's phase, the cause and
+/// the local deadline are the handle's, one state for every context on it:
+/// a loss, a stop or the parent's end ends all the contexts on the handle,
+/// and they report the same cause.
 #[derive(Clone)]
 pub struct LeaseContext {
     handle: Handle,

@@ -19,7 +19,7 @@ use crate::time::UtcMillis;
 /// A claimed lease: the proof of holding a name from the claim until the
 /// release, or the loss.
 ///
-/// Cheap to clone: clones share one lease (one token, one lost flag). Dropping
+/// Cheap to clone: clones share one lease (one token, one hold state). Dropping
 /// a handle does not release the name; the lease then runs out by itself.
 /// Call [`release`](Handle::release) or [`finish`](Handle::finish) so that
 /// the next claimant need not wait.

@@ -10,8 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capability::{jitter, release_detached};
 use crate::context::LeaseContext;
-use crate::error::Chain;
-use crate::error::{LostCause, Result};
+use crate::error::{Chain, LostCause, Result};
 use crate::handle::Handle;
 use crate::info::LeaseInfo;
 use crate::leases::Leases;

@@ -12,8 +12,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tracing::Instrument as _;
 
 use crate::context::LeaseContext;
-use crate::error::Chain;
-use crate::error::{Error, LostCause, Result};
+use crate::error::{Chain, Error, LostCause, Result};
 
 /// How long an aborted task has to end before its work counts as one that
 /// will not stop (it blocks without yielding, so the abort cannot take
