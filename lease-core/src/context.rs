@@ -46,15 +46,13 @@ impl fmt::Display for EndCause {
 /// [`Handle::hold`] returns one whose token is a child of the parent token
 /// and ends at the loss; [`run`](crate::run) hands a clone to the work.
 ///
-/// Cheap to clone; clones share the token. The lease's phase, the cause and
-/// the local deadline are the handle's, one state for every context on it:
-/// a loss, a stop or the parent's end ends all the contexts on the handle,
-/// and they report the same cause.
+/// Cheap to clone; clones share the token and the cause: one state, which
+/// the handle reads to tell whether its lease is [lost](Handle::lost).
 #[derive(Clone)]
 pub struct LeaseContext {
     handle: Handle,
-    /// Shared with the handle's state, which holds it weakly.
-    cancel: Arc<CancellationToken>,
+    /// The phase, cause, deadline and token, shared with the handle.
+    state: Arc<LeaseState>,
     /// The holder's span: name, term and instance.
     span: tracing::Span,
 }
@@ -63,20 +61,17 @@ impl fmt::Debug for LeaseContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseContext")
             .field("handle", &self.handle)
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field("cancelled", &self.state.token().is_cancelled())
             .field("cause", &self.cause())
             .finish()
     }
 }
 
 impl LeaseContext {
-    /// A context for `handle` that ends when `cancel` is cancelled, or when
-    /// the lease is known lost: for a short lock held without renewals, the
-    /// work running in guarded transactions under it. To keep the lease,
-    /// [`Handle::hold`] it instead, which returns a context whose token ends
-    /// at the loss.
-    ///
-    /// A handle whose lease is known lost gives a context already ended.
+    /// A context for `handle` that ends when `cancel` is cancelled: for a
+    /// short lock held without renewals, its work run in guarded
+    /// transactions on the context. To keep the lease, [`Handle::hold`] it
+    /// instead, which returns a context whose token also ends at the loss.
     ///
     /// ```
     /// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
@@ -91,20 +86,19 @@ impl LeaseContext {
     /// # Ok(()) }
     /// ```
     pub fn new(handle: Handle, cancel: CancellationToken) -> Self {
-        let cancel = Arc::new(cancel);
-        handle.state().attach(&cancel, None, None);
-        Self::build(handle, cancel)
+        Self::build(handle, LeaseState::new(cancel, None, None))
     }
 
     /// A context for a held lease: its token is a child of `parent`, and
     /// its local deadline `deadline`.
     pub(crate) fn held(handle: Handle, parent: &CancellationToken, deadline: Instant) -> Self {
-        let cancel = Arc::new(parent.child_token());
-        handle.state().attach(&cancel, Some(parent), Some(deadline));
-        Self::build(handle, cancel)
+        let state = LeaseState::new(parent.child_token(), Some(parent.clone()), Some(deadline));
+        Self::build(handle, state)
     }
 
-    fn build(handle: Handle, cancel: Arc<CancellationToken>) -> Self {
+    fn build(handle: Handle, state: LeaseState) -> Self {
+        let state = Arc::new(state);
+        handle.keep(&state);
         // At ERROR level so that the fields reach every event logged in it,
         // whatever level a subscriber filters at: a warning without the
         // lease's name would say little.
@@ -116,7 +110,7 @@ impl LeaseContext {
         );
         LeaseContext {
             handle,
-            cancel,
+            state,
             span,
         }
     }
@@ -135,7 +129,7 @@ impl LeaseContext {
     /// The token that is cancelled when the work must stop.
     #[must_use]
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+        self.state.token()
     }
 
     /// Waits until the context ends.
@@ -144,7 +138,7 @@ impl LeaseContext {
     ///
     /// Cancel safe.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
+        self.state.token().cancelled()
     }
 
     /// Whether the context has ended: check it right before each step that
@@ -158,7 +152,7 @@ impl LeaseContext {
     /// the renewal task ends the context, at the deadline at the latest.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
-        if self.cancel.is_cancelled() {
+        if self.state.token().is_cancelled() {
             return true;
         }
         let past = self
@@ -171,7 +165,7 @@ impl LeaseContext {
     }
 
     fn state(&self) -> &LeaseState {
-        self.handle.state()
+        &self.state
     }
 
     /// The local deadline of a held context, `None` for another.

@@ -1,7 +1,7 @@
 //! A claimed lease: [`Handle`].
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,7 +19,7 @@ use crate::time::UtcMillis;
 /// A claimed lease: the proof of holding a name from the claim until the
 /// release, or the loss.
 ///
-/// Cheap to clone: clones share one lease (one token, one hold state). Dropping
+/// Cheap to clone: clones share one lease (one token, one lost flag). Dropping
 /// a handle does not release the name; the lease then runs out by itself.
 /// Call [`release`](Handle::release) or [`finish`](Handle::finish) so that
 /// the next claimant need not wait.
@@ -38,9 +38,9 @@ struct HandleState {
     claimed_at: Instant,
     slot: Option<UtcMillis>,
     superseded: Option<Unfinished>,
-    /// The phase of the lease, the cause its contexts ended with, its local
-    /// deadline: the one hold state, read by the contexts on this handle.
-    state: LeaseState,
+    /// The hold states of the contexts on this handle that can still tell
+    /// of a loss: those still in use, and those lost.
+    states: Mutex<Vec<Arc<LeaseState>>>,
 }
 
 /// What a claim learned, for [`Handle::new`].
@@ -79,14 +79,25 @@ impl Handle {
                 claimed_at: claimed.sent,
                 slot: claimed.slot,
                 superseded: claimed.superseded,
-                state: LeaseState::default(),
+                states: Mutex::default(),
             }),
         }
     }
 
-    /// The hold state of the lease, shared by the contexts on it.
-    pub(crate) fn state(&self) -> &LeaseState {
-        &self.inner.state
+    /// Keeps the state of a context made on this handle, for
+    /// [`lost`](Handle::lost); drops those no context uses any more and that
+    /// were not lost, which can change no more.
+    pub(crate) fn keep(&self, state: &Arc<LeaseState>) {
+        let mut states = self.states();
+        states.retain(|s| Arc::strong_count(s) > 1 || s.is_lost());
+        states.push(state.clone());
+    }
+
+    fn states(&self) -> MutexGuard<'_, Vec<Arc<LeaseState>>> {
+        self.inner
+            .states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The name held.
@@ -125,7 +136,7 @@ impl Handle {
     /// a handle never held is never lost.
     #[must_use]
     pub fn lost(&self) -> bool {
-        self.inner.state.is_lost()
+        self.states().iter().any(|s| s.is_lost())
     }
 
     /// The coordinator this handle was claimed through.
@@ -402,5 +413,37 @@ impl Handle {
     pub fn hold(&self, parent: &CancellationToken) -> Holder {
         let deadline = self.claimed_at() + self.leases().timings().deadline();
         Holder::start(LeaseContext::held(self.clone(), parent, deadline))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::context::EndCause;
+    use crate::testing::{ScriptedStore, claimed};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handle_keeps_the_states_of_its_contexts_in_use_and_of_a_loss() {
+        let store = ScriptedStore::default();
+        let (_, handle) = claimed(&store).await;
+        for _ in 0..100 {
+            drop(LeaseContext::new(handle.clone(), CancellationToken::new()));
+        }
+        let kept = LeaseContext::new(handle.clone(), CancellationToken::new());
+        assert_eq!(handle.states().len(), 1, "the dropped contexts are swept");
+        assert!(!handle.lost());
+        let lost = LeaseContext::new(handle.clone(), CancellationToken::new());
+        lost.end(EndCause::Lost(LostCause::NotHolder));
+        drop(lost);
+        assert!(handle.lost(), "a loss outlives the context that learned it");
+        assert!(
+            !kept.is_cancelled(),
+            "another context on the handle runs on"
+        );
+        drop(LeaseContext::new(handle.clone(), CancellationToken::new()));
+        assert_eq!(handle.states().len(), 3);
+        assert!(handle.lost());
     }
 }
