@@ -9,7 +9,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::LostCause;
 use crate::handle::Handle;
-use crate::state::{Event, LeaseState};
+use crate::state::{Event, HoldState};
 
 /// Why a [`LeaseContext`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,7 +52,7 @@ impl fmt::Display for EndCause {
 pub struct LeaseContext {
     handle: Handle,
     /// The phase, cause, deadline and token, shared with the handle.
-    state: Arc<LeaseState>,
+    state: Arc<HoldState>,
     /// The holder's span: name, term and instance.
     span: tracing::Span,
 }
@@ -86,17 +86,17 @@ impl LeaseContext {
     /// # Ok(()) }
     /// ```
     pub fn new(handle: Handle, cancel: CancellationToken) -> Self {
-        Self::build(handle, LeaseState::new(cancel, None, None))
+        Self::build(handle, HoldState::new(cancel, None, None))
     }
 
     /// A context for a held lease: its token is a child of `parent`, and
     /// its local deadline `deadline`.
     pub(crate) fn held(handle: Handle, parent: &CancellationToken, deadline: Instant) -> Self {
-        let state = LeaseState::new(parent.child_token(), Some(parent.clone()), Some(deadline));
+        let state = HoldState::new(parent.child_token(), Some(parent.clone()), Some(deadline));
         Self::build(handle, state)
     }
 
-    fn build(handle: Handle, state: LeaseState) -> Self {
+    fn build(handle: Handle, state: HoldState) -> Self {
         let state = Arc::new(state);
         handle.keep(&state);
         // At ERROR level so that the fields reach every event logged in it,
@@ -164,7 +164,7 @@ impl LeaseContext {
         past
     }
 
-    fn state(&self) -> &LeaseState {
+    fn state(&self) -> &HoldState {
         &self.state
     }
 

@@ -12,7 +12,7 @@ use crate::error::{Error, LostCause, Op, Result};
 use crate::hold::Holder;
 use crate::leases::{Leases, bounded};
 use crate::slots::Unfinished;
-use crate::state::LeaseState;
+use crate::state::HoldState;
 use crate::store::Finished;
 use crate::time::UtcMillis;
 
@@ -40,7 +40,7 @@ struct HandleState {
     superseded: Option<Unfinished>,
     /// The hold states of the contexts on this handle that can still tell
     /// of a loss: those still in use, and those lost.
-    states: Mutex<Vec<Arc<LeaseState>>>,
+    states: Mutex<Vec<Arc<HoldState>>>,
 }
 
 /// What a claim learned, for [`Handle::new`].
@@ -87,13 +87,13 @@ impl Handle {
     /// Keeps the state of a context made on this handle, for
     /// [`lost`](Handle::lost); drops those no context uses any more and that
     /// were not lost, which can change no more.
-    pub(crate) fn keep(&self, state: &Arc<LeaseState>) {
+    pub(crate) fn keep(&self, state: &Arc<HoldState>) {
         let mut states = self.states();
         states.retain(|s| Arc::strong_count(s) > 1 || s.is_lost());
         states.push(state.clone());
     }
 
-    fn states(&self) -> MutexGuard<'_, Vec<Arc<LeaseState>>> {
+    fn states(&self) -> MutexGuard<'_, Vec<Arc<HoldState>>> {
         self.inner
             .states
             .lock()

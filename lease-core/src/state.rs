@@ -1,11 +1,11 @@
 //! The hold state, written down in one place.
 //!
-//! Every [`LeaseContext`](crate::LeaseContext) carries one [`LeaseState`],
+//! Every [`LeaseContext`](crate::LeaseContext) carries one [`HoldState`],
 //! shared by its clones and kept by its [`Handle`](crate::Handle): the
 //! [`Phase`] of the lease as the context knows it, the cause the context
 //! ended with, the local deadline of a held lease and the context's token.
 //! Every change goes through one transition function ([`Record::next`],
-//! pure, and [`LeaseState::apply`], which stores what it returns and only
+//! pure, and [`HoldState::apply`], which stores what it returns and only
 //! then ends the tokens). So a loss is observable through
 //! [`Handle::lost`](crate::Handle::lost), which reads the states its
 //! contexts share with it, before the token ends: the token can only be
@@ -57,7 +57,7 @@ impl Event {
     }
 }
 
-/// The phase, and the cause the contexts ended with: the first one, kept
+/// The phase, and the cause the context ended with: the first one, kept
 /// when the phase moves on (a loss found while winding down leaves the
 /// cause [`EndCause::ParentCancelled`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ impl Record {
 
 /// The state of one context's lease. See the module's documentation.
 #[derive(Debug)]
-pub(crate) struct LeaseState {
+pub(crate) struct HoldState {
     inner: Mutex<Inner>,
     /// The context's token: ended when the phase leaves [`Phase::Held`].
     token: CancellationToken,
@@ -131,7 +131,7 @@ struct Inner {
     deadline: Option<Instant>,
 }
 
-impl LeaseState {
+impl HoldState {
     /// The state of a context ended by `token`; for a held one, a child of
     /// `parent`, with the local deadline `deadline`.
     pub(crate) fn new(
@@ -139,7 +139,7 @@ impl LeaseState {
         parent: Option<CancellationToken>,
         deadline: Option<Instant>,
     ) -> Self {
-        LeaseState {
+        HoldState {
             inner: Mutex::new(Inner {
                 record: Record::HELD,
                 deadline,
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_loss_is_stored_before_the_token_ends() {
-        let state = Arc::new(LeaseState::new(CancellationToken::new(), None, None));
+        let state = Arc::new(HoldState::new(CancellationToken::new(), None, None));
         // Whoever sees the token ended sees the loss: the token is cancelled
         // by `apply` only, after the store.
         let seen = Arc::new(Mutex::new(None));
@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn the_parents_ending_is_taken_in_on_reading() {
         let parent = CancellationToken::new();
-        let state = LeaseState::new(parent.child_token(), Some(parent.clone()), None);
+        let state = HoldState::new(parent.child_token(), Some(parent.clone()), None);
         assert_eq!(state.record(), Record::HELD);
         parent.cancel();
         assert_eq!(
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_stop_ends_the_token_but_is_no_loss() {
-        let state = LeaseState::new(CancellationToken::new(), None, None);
+        let state = HoldState::new(CancellationToken::new(), None, None);
         assert!(state.apply(Event::Stop));
         assert!(state.token().is_cancelled());
         assert!(!state.lost.is_cancelled());
