@@ -338,7 +338,7 @@ impl Handle {
     /// runs on.
     ///
     /// The context's token is a child of `parent`, and ends the moment the
-    /// lease is known lost, with [`EndCause::Lost`] as its cause:
+    /// lease is known lost, with [`EndCause::Lost`](crate::EndCause::Lost) as its cause:
     ///
     /// - a renewal finds the name no longer this holder's
     ///   ([`LostCause::NotHolder`]), or
@@ -349,12 +349,12 @@ impl Handle {
     ///   anyone else claim the name.
     ///
     /// [`lost`](Handle::lost) is set before the token ends. `parent` ending
-    /// ends the token too ([`EndCause::ParentCancelled`]), but not the
+    /// ends the token too ([`EndCause::ParentCancelled`](crate::EndCause::ParentCancelled)), but not the
     /// renewals: until the work has wound down the name must stay this
     /// holder's, or another process could start the same work while it is
     /// still in flight. A loss found then still marks the handle lost, and
     /// [`run`](crate::run) gives the work its grace. [`Holder::stop`] ends
-    /// the renewals ([`EndCause::Stopped`] if the context had not ended yet).
+    /// the renewals ([`EndCause::Stopped`](crate::EndCause::Stopped) if the context had not ended yet).
     ///
     /// # Cadence
     ///

@@ -324,7 +324,7 @@ impl Leases {
     /// name changed hands since, or is free. One statement.
     ///
     /// The holder is not told at once: its next renewal finds the name gone
-    /// and it steps down ([`LostCause::NotHolder`]), its work's context
+    /// and it steps down ([`LostCause::NotHolder`](crate::LostCause::NotHolder)), its work's context
     /// ending. Until then it still believes it holds the name, so a forced
     /// release does not fence it; its guarded transactions do refuse at once.
     ///
