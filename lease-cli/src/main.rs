@@ -15,10 +15,10 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
-use dblease::{LeaseInfo, LeaseState, UtcMillis};
+use dblease::{Chain, LeaseInfo, LeaseState, UtcMillis};
 
 use crate::db::Db;
-use crate::output::{chain, escape, rfc3339};
+use crate::output::{escape, rfc3339};
 
 /// The exit codes, as `--help` and the README give them.
 macro_rules! exit_codes {
@@ -194,7 +194,7 @@ fn emit(text: &str) -> Result<(), Exit> {
         }),
         Err(e) => Err(Exit::error(format!(
             "could not write to stdout: {}",
-            chain(&e)
+            Chain(&e)
         ))),
     }
 }
@@ -209,7 +209,7 @@ macro_rules! say {
 
 impl<E: std::error::Error + 'static> From<E> for Exit {
     fn from(e: E) -> Self {
-        Exit::error(chain(&e))
+        Exit::error(Chain(&e).to_string())
     }
 }
 
@@ -221,7 +221,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: could not start the runtime: {}", chain(&e));
+            eprintln!("error: could not start the runtime: {}", Chain(&e));
             return ExitCode::FAILURE;
         }
     };
@@ -382,7 +382,7 @@ async fn watch(db: &Db, name: &str, interval: Duration, json: bool) -> Result<()
                     last = now;
                 }
             }
-            Err(e) => eprintln!("error: {}", chain(&e)),
+            Err(e) => eprintln!("error: {}", Chain(&e)),
         }
     }
 }
@@ -444,12 +444,12 @@ async fn check(db: &Db) -> Result<(), Exit> {
     let received = SystemTime::now();
     let db_now = match db_now {
         Ok(now) => now,
-        Err(e) => return Err(Exit::error(format!("database: {}", chain(&e)))),
+        Err(e) => return Err(Exit::error(format!("database: {}", Chain(&e)))),
     };
     let version = backend
         .version()
         .await
-        .unwrap_or_else(|e| format!("version unknown: {}", chain(&*e)));
+        .unwrap_or_else(|e| format!("version unknown: {}", Chain(&*e)));
     say!("database    ok: {} ({version})", backend.kind());
 
     // The table, with every column the protocol reads (all but the token,
@@ -461,7 +461,7 @@ async fn check(db: &Db) -> Result<(), Exit> {
             failed = true;
             say!(
                 "table       FAILED: {table}: {} (run `lease migrate` if it does not exist)",
-                chain(&e)
+                Chain(&e)
             );
         }
     }
@@ -513,7 +513,7 @@ async fn check(db: &Db) -> Result<(), Exit> {
                 p.missing.join(", "),
                 p.how
             ),
-            Err(e) => say!("privileges  unknown: {}", chain(&*e)),
+            Err(e) => say!("privileges  unknown: {}", Chain(&*e)),
         }
     }
     if failed {

@@ -187,24 +187,6 @@ pub(crate) fn detail(info: &LeaseInfo) -> String {
     out
 }
 
-/// The cause chain of an error on one line: `e: source: source ...`.
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        // Some errors repeat their source's message in their own: once is
-        // enough.
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    // One line, whatever a driver put in its message.
-    out.replace(['\n', '\r'], " ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,29 +284,5 @@ mod tests {
         assert_eq!(v["last_instant"], "1970-01-01T00:15:50.400Z");
         assert_eq!(v["last_instant_ms"], 950_400);
         assert_eq!(v["unfinished_instant"], Value::Null);
-    }
-
-    #[test]
-    fn chain_is_one_line_with_every_cause() {
-        #[derive(Debug)]
-        struct E(&'static str, Option<Box<E>>);
-        impl std::fmt::Display for E {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.0)
-            }
-        }
-        impl std::error::Error for E {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                self.1.as_deref().map(|e| e as _)
-            }
-        }
-        let e = E(
-            "get of lease \"x\" failed",
-            Some(Box::new(E(
-                "db error",
-                Some(Box::new(E("line\nbreak", None))),
-            ))),
-        );
-        assert_eq!(chain(&e), "get of lease \"x\" failed: db error: line break");
     }
 }

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::error::BoxError;
@@ -91,17 +92,26 @@ impl Config {
 type Reply = Result<Option<i64>, SharedError>;
 
 struct Request {
-    name: String,
-    holder: String,
+    /// The handle's own, shared rather than copied per renewal.
+    name: Arc<str>,
+    holder: Arc<str>,
     queued: Instant,
     reply: oneshot::Sender<Reply>,
 }
 
-/// The queue of a coordinator's batched renewals. The task that sends the
-/// batches ends when the queue is dropped (with the coordinator); batches in
-/// flight then still answer.
+/// The queue of a coordinator's batched renewals, and the task that sends
+/// the batches. Dropped with the coordinator's last reference (every handle
+/// holds one, so no renewal is waiting then), it ends the task; batches in
+/// flight still answer.
 pub(crate) struct Batcher {
     queue: mpsc::UnboundedSender<Request>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Batcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl fmt::Debug for Batcher {
@@ -115,19 +125,23 @@ impl Batcher {
     /// `lease_ms`, gathered and bounded by `config`.
     pub(crate) fn start(store: Arc<dyn LeaseStore>, lease_ms: i64, config: Config) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
-        tokio::spawn(send_batches(store, lease_ms, config, requests));
-        Batcher { queue }
+        let task = tokio::spawn(send_batches(store, lease_ms, config, requests));
+        Batcher { queue, task }
     }
 
     /// Renews `name` for `holder` in the next batch: the database's now if
     /// it was still held. Dropping the future gives the renewal up; it may
     /// still be sent.
-    pub(crate) async fn renew(&self, name: &str, holder: &str) -> Result<Option<i64>, BoxError> {
+    pub(crate) async fn renew(
+        &self,
+        name: &Arc<str>,
+        holder: &Arc<str>,
+    ) -> Result<Option<i64>, BoxError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Request {
-                name: name.to_owned(),
-                holder: holder.to_owned(),
+                name: name.clone(),
+                holder: holder.clone(),
                 queued: Instant::now(),
                 reply,
             })
@@ -231,10 +245,7 @@ async fn send(
     batch: Vec<Request>,
     permit: OwnedSemaphorePermit,
 ) {
-    let pairs: Vec<(&str, &str)> = batch
-        .iter()
-        .map(|r| (r.name.as_str(), r.holder.as_str()))
-        .collect();
+    let pairs: Vec<(&str, &str)> = batch.iter().map(|r| (&*r.name, &*r.holder)).collect();
     let answer = match tokio::time::timeout(bound, store.renew_many(&pairs, lease_ms)).await {
         Ok(Ok(held)) if held.len() == batch.len() => Ok(held),
         Ok(Ok(held)) => Err(SharedError::from(BoxError::from(format!(
@@ -373,7 +384,8 @@ mod tests {
     ) -> tokio::task::JoinHandle<(u64, bool)> {
         let batcher = batcher.clone();
         tokio::spawn(async move {
-            let held = batcher.renew(&name, "holder").await.unwrap().is_some();
+            let (name, holder) = (Arc::from(name), Arc::from("holder"));
+            let held = batcher.renew(&name, &holder).await.unwrap().is_some();
             (u64::try_from(t0.elapsed().as_millis()).unwrap(), held)
         })
     }
@@ -486,5 +498,33 @@ mod tests {
         ha.stop().await;
         hb.stop().await;
         assert_eq!(store.batches()[0], 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_batchers_task_ends_with_the_coordinators_last_reference() {
+        let store = ScriptedStore::default();
+        let shared: Arc<dyn LeaseStore> = Arc::new(store.clone());
+        let leases = Leases::from_arc(shared.clone())
+            .with_timings(timings())
+            .with_renewal_batching(true);
+        let h = leases.claim("a").await.unwrap().unwrap();
+        h.renew().await.unwrap();
+        assert_eq!(store.batches(), [1]);
+        // The batcher's task holds the store; the coordinator too.
+        assert_eq!(Arc::strong_count(&shared), 3);
+        drop(leases);
+        sleep(ms(100)).await;
+        assert_eq!(
+            Arc::strong_count(&shared),
+            3,
+            "the handle keeps the coordinator, and its batcher, alive"
+        );
+        drop(h);
+        tokio::task::yield_now().await;
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "the batcher's task ended with the coordinator's last reference"
+        );
     }
 }

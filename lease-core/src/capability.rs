@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tracing::Instrument as _;
 
-use crate::hold::Chain;
-use crate::leases::Handle;
+use crate::error::Chain;
+use crate::handle::Handle;
 
 /// How long a capability's release may take. It runs detached from the
 /// caller's cancellation (a caller shutting down still gives the name back),

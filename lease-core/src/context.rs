@@ -1,14 +1,15 @@
 //! The lease context: a handle and the cancellation that ends the work under it.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::LostCause;
-use crate::leases::Handle;
+use crate::handle::Handle;
+use crate::state::{Event, HoldState};
 
 /// Why a [`LeaseContext`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,31 +46,13 @@ impl fmt::Display for EndCause {
 /// [`Handle::hold`] returns one whose token is a child of the parent token
 /// and ends at the loss; [`run`](crate::run) hands a clone to the work.
 ///
-/// Cheap to clone; clones share the token and the cause.
+/// Cheap to clone; clones share the token and the cause: one state, which
+/// the handle reads to tell whether its lease is [lost](Handle::lost).
 #[derive(Clone)]
 pub struct LeaseContext {
     handle: Handle,
-    cancel: CancellationToken,
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    /// The cause recorded by [`LeaseContext::end`].
-    cause: OnceLock<EndCause>,
-    /// The parent token of a held context: a token ended by its parent has
-    /// [`EndCause::ParentCancelled`] as its cause without anyone recording it.
-    parent: Option<CancellationToken>,
-    /// The local deadline of a held context: the start of the last
-    /// successful renewal (the claim, at first) plus the deadline. Past it,
-    /// [`LeaseContext::is_cancelled`] answers true even if the renewal task
-    /// has not run yet to end the context (a starved runtime, a process
-    /// stopped and resumed).
-    deadline: Mutex<Option<Instant>>,
-    /// Cancelled when the handle is known lost, whether or not the token had
-    /// already ended for another reason: what [`run`](crate::run) watches.
-    lost: CancellationToken,
-    /// How the lease was lost, once it is.
-    lost_cause: OnceLock<LostCause>,
+    /// The phase, cause, deadline and token, shared with the handle.
+    state: Arc<HoldState>,
     /// The holder's span: name, term and instance.
     span: tracing::Span,
 }
@@ -78,26 +61,44 @@ impl fmt::Debug for LeaseContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseContext")
             .field("handle", &self.handle)
-            .field("cancelled", &self.cancel.is_cancelled())
+            .field("cancelled", &self.state.token().is_cancelled())
             .field("cause", &self.cause())
             .finish()
     }
 }
 
 impl LeaseContext {
-    /// A context for `handle` that ends when `cancel` is cancelled. Holding a
-    /// lease returns one whose token ends at the loss; this constructor is
-    /// for a short lock held without renewals, or for tests.
+    /// A context for `handle` that ends when `cancel` is cancelled: for a
+    /// short lock held without renewals, its work run in guarded
+    /// transactions on the context. To keep the lease, [`Handle::hold`] it
+    /// instead, which returns a context whose token also ends at the loss.
+    ///
+    /// ```
+    /// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+    /// use lease_core::{CancellationToken, LeaseContext};
+    ///
+    /// if let Some(handle) = leases.claim("lock:migration").await? {
+    ///     let ctx = LeaseContext::new(handle.clone(), CancellationToken::new());
+    ///     assert_eq!(ctx.term(), handle.term());
+    ///     // ... guarded transactions on `ctx` ...
+    ///     handle.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn new(handle: Handle, cancel: CancellationToken) -> Self {
-        Self::build(handle, cancel, None)
+        Self::build(handle, HoldState::new(cancel, None, None))
     }
 
-    /// A context for a held lease: its token is a child of `parent`.
-    pub(crate) fn held(handle: Handle, parent: &CancellationToken) -> Self {
-        Self::build(handle, parent.child_token(), Some(parent.clone()))
+    /// A context for a held lease: its token is a child of `parent`, and
+    /// its local deadline `deadline`.
+    pub(crate) fn held(handle: Handle, parent: &CancellationToken, deadline: Instant) -> Self {
+        let state = HoldState::new(parent.child_token(), Some(parent.clone()), Some(deadline));
+        Self::build(handle, state)
     }
 
-    fn build(handle: Handle, cancel: CancellationToken, parent: Option<CancellationToken>) -> Self {
+    fn build(handle: Handle, state: HoldState) -> Self {
+        let state = Arc::new(state);
+        handle.keep(&state);
         // At ERROR level so that the fields reach every event logged in it,
         // whatever level a subscriber filters at: a warning without the
         // lease's name would say little.
@@ -109,15 +110,8 @@ impl LeaseContext {
         );
         LeaseContext {
             handle,
-            cancel,
-            shared: Arc::new(Shared {
-                cause: OnceLock::new(),
-                parent,
-                deadline: Mutex::new(None),
-                lost: CancellationToken::new(),
-                lost_cause: OnceLock::new(),
-                span,
-            }),
+            state,
+            span,
         }
     }
 
@@ -135,7 +129,7 @@ impl LeaseContext {
     /// The token that is cancelled when the work must stop.
     #[must_use]
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+        self.state.token()
     }
 
     /// Waits until the context ends.
@@ -144,7 +138,7 @@ impl LeaseContext {
     ///
     /// Cancel safe.
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
-        self.cancel.cancelled()
+        self.state.token().cancelled()
     }
 
     /// Whether the context has ended: check it right before each step that
@@ -158,90 +152,68 @@ impl LeaseContext {
     /// the renewal task ends the context, at the deadline at the latest.
     #[must_use]
     pub fn is_cancelled(&self) -> bool {
-        if self.cancel.is_cancelled() {
+        if self.state.token().is_cancelled() {
             return true;
         }
         let past = self
             .deadline()
             .is_some_and(|deadline| Instant::now() >= deadline);
         if past {
-            self.end(EndCause::Lost(LostCause::DeadlineExceeded));
+            let _ = self.state().apply(Event::Lose(LostCause::DeadlineExceeded));
         }
         past
     }
 
+    fn state(&self) -> &HoldState {
+        &self.state
+    }
+
     /// The local deadline of a held context, `None` for another.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        *self
-            .shared
-            .deadline
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.state().deadline()
     }
 
     /// Moves the local deadline of a held context (after each successful
     /// renewal).
     pub(crate) fn set_deadline(&self, deadline: Instant) {
-        *self
-            .shared
-            .deadline
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(deadline);
+        self.state().set_deadline(deadline);
     }
 
     /// Why the context ended, once it has and the cause is known: the first
     /// cause it ended with. A held context ended by its parent reports
     /// [`EndCause::ParentCancelled`], and keeps reporting it if the lease is
     /// lost afterwards (see [`Handle::lost`] for that). A token cancelled
-    /// from outside (not through [`end`](LeaseContext::end) nor a parent) has
-    /// no cause.
+    /// from outside (not through the lease's end nor a parent) has no cause.
     #[must_use]
     pub fn cause(&self) -> Option<EndCause> {
-        self.shared
-            .cause
-            .get()
-            .copied()
-            .or_else(|| self.ended_by_parent().then_some(EndCause::ParentCancelled))
+        self.state().record().cause
     }
 
     /// Ends the context with `cause`, unless it already has a cause. For a
     /// loss, marks the handle lost before the token ends, and tells
     /// [`run`](crate::run) even when the context had already ended for
     /// another reason.
+    ///
+    /// What the renewals do when the lease is lost or they stop; public for
+    /// the tests of the backends' guarded transactions only, which end a
+    /// context in the middle of one. Not part of the API.
+    #[doc(hidden)]
     pub fn end(&self, cause: EndCause) {
-        if let EndCause::Lost(lost) = cause {
-            self.handle.mark_lost();
-            let _ = self.shared.lost_cause.set(lost);
-            self.shared.lost.cancel();
-        }
-        if self.ended_by_parent() {
-            let _ = self.shared.cause.set(EndCause::ParentCancelled);
-        }
-        let _ = self.shared.cause.set(cause);
-        self.cancel.cancel();
-    }
-
-    fn ended_by_parent(&self) -> bool {
-        self.cancel.is_cancelled()
-            && self
-                .shared
-                .parent
-                .as_ref()
-                .is_some_and(CancellationToken::is_cancelled)
+        let _ = self.state().apply(Event::ending(cause));
     }
 
     /// Resolves once the lease is known lost, through this context.
     pub(crate) fn lost(&self) -> WaitForCancellationFuture<'_> {
-        self.shared.lost.cancelled()
+        self.state().lost()
     }
 
-    /// How the lease was lost, once it is known lost through this context.
+    /// How the lease was lost, once it is known lost.
     pub(crate) fn lost_cause(&self) -> Option<LostCause> {
-        self.shared.lost_cause.get().copied()
+        self.state().record().lost_cause()
     }
 
     /// The holder's span, with the lease's name, term and instance.
     pub(crate) fn span(&self) -> &tracing::Span {
-        &self.shared.span
+        &self.span
     }
 }

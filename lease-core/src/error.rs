@@ -201,7 +201,69 @@ impl fmt::Debug for Error {
     /// the error prints something a person can read (never a driver's
     /// internal structure).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", crate::hold::Chain(self))
+        write!(f, "{}", Chain(self))
+    }
+}
+
+/// An error and its sources on one line, `error: source: source ...`: what
+/// a log line or a command's message shows.
+///
+/// A source whose message the line already ends with (an error that repeats
+/// its source's message in its own) is shown once, and line breaks a driver
+/// put in a message become spaces.
+///
+/// ```
+/// use std::error::Error;
+/// use std::fmt;
+///
+/// use lease_core::Chain;
+///
+/// #[derive(Debug)]
+/// struct Claim(std::io::Error);
+///
+/// impl fmt::Display for Claim {
+///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+///         f.write_str("claim of \"leader:billing\" failed")
+///     }
+/// }
+///
+/// impl Error for Claim {
+///     fn source(&self) -> Option<&(dyn Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+///
+/// let err = Claim(std::io::Error::other("connection\nrefused"));
+/// assert_eq!(
+///     Chain(&err).to_string(),
+///     "claim of \"leader:billing\" failed: connection refused"
+/// );
+/// ```
+#[derive(Clone, Copy)]
+pub struct Chain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Debug for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Chain").field(&self.to_string()).finish()
+    }
+}
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut line = self.0.to_string();
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !line.ends_with(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            source = s.source();
+        }
+        if line.contains(['\n', '\r']) {
+            line = line.replace(['\n', '\r'], " ");
+        }
+        f.write_str(&line)
     }
 }
 
@@ -466,5 +528,39 @@ mod tests {
             err.to_string(),
             "table creation of lease table got no answer within 5s"
         );
+    }
+
+    #[test]
+    fn chain_is_one_line_with_every_cause_once() {
+        #[derive(Debug)]
+        struct E(&'static str, Option<Box<E>>);
+        impl fmt::Display for E {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                self.1.as_deref().map(|e| e as _)
+            }
+        }
+        let e = E(
+            "get of lease \"x\" failed",
+            Some(Box::new(E(
+                "db error",
+                Some(Box::new(E("line\nbreak", None))),
+            ))),
+        );
+        assert_eq!(
+            Chain(&e).to_string(),
+            "get of lease \"x\" failed: db error: line break"
+        );
+        // An error repeating its source's message shows it once.
+        let e = E(
+            "connect failed: refused",
+            Some(Box::new(E("refused", None))),
+        );
+        assert_eq!(Chain(&e).to_string(), "connect failed: refused");
+        assert_eq!(Chain(&E("alone", None)).to_string(), "alone");
     }
 }

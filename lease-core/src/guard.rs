@@ -171,7 +171,7 @@ use std::pin::Pin;
 
 use crate::context::{EndCause, LeaseContext};
 use crate::error::{BoxError, DbErrorKind, Error, LostCause};
-use crate::leases::Handle;
+use crate::handle::Handle;
 
 /// A boxed future that is `Send`: what the work of an async guarded
 /// transaction returns, so that it may borrow the transaction.

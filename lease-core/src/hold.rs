@@ -10,100 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::context::{EndCause, LeaseContext};
-use crate::error::{Error, LostCause, Result};
-use crate::leases::Handle;
-
-impl Handle {
-    /// Keeps the lease renewed on a task of its own, and returns the
-    /// [`Holder`] whose [`context`](Holder::context) the work under the lease
-    /// runs on.
-    ///
-    /// The context's token is a child of `parent`, and ends the moment the
-    /// lease is known lost, with [`EndCause::Lost`] as its cause:
-    ///
-    /// - a renewal finds the name no longer this holder's
-    ///   ([`LostCause::NotHolder`]), or
-    /// - no renewal succeeded within the local deadline
-    ///   ([`Timings::deadline`](crate::Timings::deadline)) of the start of the
-    ///   last one that did, the claim counting as the first
-    ///   ([`LostCause::DeadlineExceeded`]). That is before the database lets
-    ///   anyone else claim the name.
-    ///
-    /// [`lost`](Handle::lost) is set before the token ends. `parent` ending
-    /// ends the token too ([`EndCause::ParentCancelled`]), but not the
-    /// renewals: until the work has wound down the name must stay this
-    /// holder's, or another process could start the same work while it is
-    /// still in flight. A loss found then still marks the handle lost, and
-    /// [`run`](crate::run) gives the work its grace. [`Holder::stop`] ends
-    /// the renewals ([`EndCause::Stopped`] if the context had not ended yet).
-    ///
-    /// # Cadence
-    ///
-    /// A renewal is due [`renew`](crate::Timings::renew) after the previous
-    /// attempt started (the claim, sent at [`claimed_at`](Handle::claimed_at),
-    /// counts as the first), and never later than the deadline; a renewal
-    /// that failed is tried again at the same cadence, so a database that
-    /// stalls or drops a statement for a few seconds costs the holder
-    /// nothing. Each attempt, waiting for a pool connection included, is
-    /// bounded by half the local deadline and never runs past the deadline
-    /// itself: an attempt that hangs leaves room for another, and cannot carry
-    /// the holder past its deadline. A failed renewal that is not a loss is
-    /// logged as a warning in the holder's span (fields `name`, `term`,
-    /// `instance`).
-    ///
-    /// Hold right after the claim: the deadline runs from the claim.
-    ///
-    /// # After a step-down at the deadline
-    ///
-    /// Renewals abandoned by their bound may still reach the database when a
-    /// stalled path heals, and renew the lease for nobody. So a holder that
-    /// stepped down at its deadline gives the name back: once the lease has
-    /// run out by the database's expiry (never sooner, and never within the
-    /// work's grace), a task of its own releases it with the holder's token,
-    /// at the renewal cadence until the database answers, for at most one
-    /// more lease. That undoes a late renewal, and one arriving after it
-    /// finds the lease expired. The task ends by itself; [`Holder::stop`]
-    /// does not wait for it.
-    ///
-    /// # Panics
-    ///
-    /// Outside a Tokio runtime, like [`tokio::spawn`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lease_core::{CancellationToken, Leases, run};
-    ///
-    /// async fn lead(leases: &Leases, shutdown: &CancellationToken) -> lease_core::Result<()> {
-    ///     let Some(handle) = leases.claim("leader:billing").await? else {
-    ///         return Ok(()); // someone else leads
-    ///     };
-    ///     let holder = handle.hold(shutdown);
-    ///     let outcome = run(holder.context(), |ctx| async move {
-    ///         // ... lead until the context ends: shutdown, or the lease lost ...
-    ///         ctx.cancelled().await;
-    ///     })
-    ///     .await;
-    ///     holder.stop().await;
-    ///     if !handle.lost() {
-    ///         handle.release().await?;
-    ///     }
-    ///     outcome
-    /// }
-    /// ```
-    pub fn hold(&self, parent: &CancellationToken) -> Holder {
-        let context = LeaseContext::held(self.clone(), parent);
-        context.set_deadline(self.claimed_at() + self.leases().timings().deadline());
-        let stop = CancellationToken::new();
-        let span = context.span().clone();
-        let task = tokio::spawn(renewals(context.clone(), stop.clone()).instrument(span));
-        Holder {
-            context,
-            stop,
-            task: Some(task),
-        }
-    }
-}
+use crate::error::{Chain, Error, LostCause, Result};
+use crate::handle::Handle;
+use crate::timings::Timings;
 
 /// A lease being kept: its renewals run on a task of their own until the
 /// lease is lost or [`stop`](Holder::stop) ends them. Returned by
@@ -128,6 +37,19 @@ impl fmt::Debug for Holder {
 }
 
 impl Holder {
+    /// Starts the renewals of the lease `context` was made for by
+    /// [`LeaseContext::held`].
+    pub(crate) fn start(context: LeaseContext) -> Self {
+        let stop = CancellationToken::new();
+        let span = context.span().clone();
+        let task = tokio::spawn(renewals(context.clone(), stop.clone()).instrument(span));
+        Holder {
+            context,
+            stop,
+            task: Some(task),
+        }
+    }
+
     /// The context the work under the lease runs on: it ends at the loss, or
     /// when the parent ends, or at [`stop`](Holder::stop).
     #[must_use]
@@ -200,21 +122,29 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
     let mut last_seen: Option<Observation> = None;
     loop {
         let deadline = last_success + timings.deadline();
-        let due = (last_attempt + timings.renew()).min(deadline);
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            () = sleep_until(due) => {}
-        }
         let start = Instant::now();
+        let bound = match next_attempt(last_attempt, last_success, start, &timings) {
+            Next::Wait(due) => {
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => break,
+                    () = sleep_until(due) => continue,
+                }
+            }
+            Next::StepDown => {
+                lose(&ctx, LostCause::DeadlineExceeded);
+                give_back(&ctx, last_answered);
+                return;
+            }
+            Next::Renew { bound } => bound,
+        };
         // The work may have found the deadline passed first
         // (`LeaseContext::is_cancelled`), and ended the context.
-        if start >= deadline || ctx.lost_cause().is_some() {
+        if ctx.lost_cause().is_some() {
             lose(&ctx, LostCause::DeadlineExceeded);
             give_back(&ctx, last_answered);
             return;
         }
-        let bound = (timings.deadline() / 2).min(deadline - start);
         let outcome = tokio::select! {
             biased;
             () = stop.cancelled() => break,
@@ -268,6 +198,46 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
     }
     tracing::debug!("lease renewals stopped");
     ctx.end(EndCause::Stopped);
+}
+
+/// What the renewal loop does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Nothing until this instant, when the next attempt is due.
+    Wait(Instant),
+    /// An attempt now, bounded by this much.
+    Renew { bound: Duration },
+    /// The local deadline has passed with no renewal succeeding: step down.
+    StepDown,
+}
+
+/// The cadence rule, at `now`, for a lease whose last renewal attempt
+/// started at `last_attempt` and whose last successful one (the claim, at
+/// first) at `last_success`:
+///
+/// - the local deadline is `last_success` + [`Timings::deadline`]: at it or
+///   past it, the holder steps down;
+/// - an attempt is due [`Timings::renew`] after the last one started, and
+///   never later than the deadline;
+/// - an attempt is bounded by half the deadline, and never runs past the
+///   deadline itself.
+pub(crate) fn next_attempt(
+    last_attempt: Instant,
+    last_success: Instant,
+    now: Instant,
+    timings: &Timings,
+) -> Next {
+    let deadline = last_success + timings.deadline();
+    if now >= deadline {
+        return Next::StepDown;
+    }
+    let due = (last_attempt + timings.renew()).min(deadline);
+    if now < due {
+        return Next::Wait(due);
+    }
+    Next::Renew {
+        bound: (timings.deadline() / 2).min(deadline - now),
+    }
 }
 
 /// A successful renewal, seen on both clocks: the holder's monotonic clock
@@ -374,21 +344,6 @@ fn give_back(ctx: &LeaseContext, last_answered: Instant) {
         }
     };
     drop(tokio::spawn(task.instrument(ctx.span().clone())));
-}
-
-/// An error and its sources, on one line.
-pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(s) = source {
-            write!(f, ": {s}")?;
-            source = s.source();
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -653,6 +608,45 @@ mod tests {
             sleep(ms(1_000)).await;
             assert!(!handle.lost(), "a jump of {jump} ms cost the lease");
             holder.stop().await;
+        }
+    }
+
+    #[test]
+    fn the_next_attempt_follows_the_cadence_within_the_deadline() {
+        // renew 100 ms, deadline 500 ms.
+        let timings = crate::testing::timings();
+        let t0 = Instant::now();
+        let at = |n: u64| t0 + ms(n);
+        let renew = |n: u64| Next::Renew { bound: ms(n) };
+        // (last attempt, last success, now, next)
+        let cases = [
+            // Right after the claim: the first renewal is due at 100 ms.
+            (0, 0, 0, Next::Wait(at(100))),
+            (0, 0, 99, Next::Wait(at(100))),
+            // Due: bounded by half the deadline.
+            (0, 0, 100, renew(250)),
+            // Late (a slow attempt, a busy runtime): due at once.
+            (100, 100, 340, renew(250)),
+            // Failed attempts keep the cadence from the last start, and the
+            // deadline from the last success.
+            (300, 0, 350, Next::Wait(at(400))),
+            (300, 0, 400, renew(100)),
+            // Never due after the deadline, never bounded past it.
+            (450, 0, 460, Next::Wait(at(500))),
+            (300, 0, 499, renew(1)),
+            // At the deadline, or past it: step down.
+            (400, 0, 500, Next::StepDown),
+            (0, 0, 10_000, Next::StepDown),
+            // A success moves the deadline.
+            (400, 400, 500, renew(250)),
+            (400, 400, 700, renew(200)),
+        ];
+        for (i, (last_attempt, last_success, now, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                next_attempt(at(last_attempt), at(last_success), at(now), &timings),
+                expected,
+                "case {i}"
+            );
         }
     }
 

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capability::{jitter, release_detached};
 use crate::context::LeaseContext;
-use crate::error::{LostCause, Result};
-use crate::hold::Chain;
+use crate::error::{Chain, LostCause, Result};
+use crate::handle::Handle;
 use crate::info::LeaseInfo;
-use crate::leases::{Handle, Leases};
+use crate::leases::Leases;
 use crate::name::validate_name;
 
 /// The prefix of every leader's name: `leases.leader("billing")` campaigns

@@ -7,6 +7,7 @@ mod context;
 mod error;
 mod forward;
 pub mod guard;
+mod handle;
 mod hold;
 mod info;
 mod leader;
@@ -15,6 +16,8 @@ mod lock;
 pub mod metrics;
 mod name;
 mod run;
+mod slots;
+mod state;
 mod store;
 mod table;
 mod time;
@@ -28,19 +31,21 @@ mod testing;
 
 pub use capability::RELEASE_TIMEOUT;
 pub use context::{EndCause, LeaseContext};
-pub use error::{BoxError, DbErrorKind, Error, LostCause, NameError, Op, Result};
+pub use error::{BoxError, Chain, DbErrorKind, Error, LostCause, NameError, Op, Result};
 pub use forward::ForwardingStore;
 pub use guard::{BoxFuture, Dialect, GuardError, GuardParams, GuardStatement};
+pub use handle::Handle;
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
 pub use leader::{
     CAMPAIGN_INTERVAL, CAMPAIGN_JITTER, LEADER_PREFIX, Leader, LeaderId, LeaderOutcome, Leadership,
     StepDown,
 };
-pub use leases::{Handle, Leases, Unfinished};
+pub use leases::Leases;
 pub use lock::{LOCK_PREFIX, Lock, LockError};
 pub use name::{MAX_NAME_BYTES, validate_name};
-pub use run::{ABORT_WAIT, run};
+pub use run::run;
+pub use slots::Unfinished;
 pub use store::{
     ClaimRequest, Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow,
     renew_each, term_from_db,

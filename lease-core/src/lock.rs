@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use crate::capability::{jitter, release_detached};
 use crate::context::LeaseContext;
 use crate::error::{Error, LostCause};
+use crate::handle::Handle;
 use crate::info::LeaseInfo;
-use crate::leases::{Handle, Leases};
+use crate::leases::Leases;
 use crate::name::validate_name;
 
 /// The prefix of every lock's name: `leases.lock("report")` holds
@@ -257,7 +258,7 @@ impl Lock {
                 Err(e) if e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d) => {
                     tracing::warn!(
                         name = ?self.name,
-                        error = %crate::hold::Chain(&e),
+                        error = %crate::error::Chain(&e),
                         "waiting for the lock: the database did not answer"
                     );
                 }

@@ -12,14 +12,13 @@ use tokio::task::{JoinError, JoinHandle};
 use tracing::Instrument as _;
 
 use crate::context::LeaseContext;
-use crate::error::{Error, LostCause, Result};
-use crate::hold::Chain;
+use crate::error::{Chain, Error, LostCause, Result};
 
 /// How long an aborted task has to end before its work counts as one that
 /// will not stop (it blocks without yielding, so the abort cannot take
 /// effect). An abort takes effect at the task's next turn on the runtime,
 /// which for a task that yields is a matter of microseconds.
-pub const ABORT_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const ABORT_WAIT: Duration = Duration::from_millis(100);
 
 /// Runs `work` on its own task under the lease `ctx` carries, and returns
 /// what the work returned.
@@ -36,7 +35,7 @@ pub const ABORT_WAIT: Duration = Duration::from_millis(100);
 /// ([`Timings::grace`](crate::Timings::grace)) to return; past it, its task is
 /// aborted (dropped at its next `.await`), and `run` returns
 /// [`Error::Lost`]. Work that does not end even then (it blocks without
-/// yielding: the abort has not taken effect after [`ABORT_WAIT`]) is logged
+/// yielding: the abort has not taken effect within 100 ms) is logged
 /// at error level in the holder's span and reaches the coordinator's fail
 /// hook (see [`Leases::with_fail_hook`](crate::Leases::with_fail_hook)),
 /// whose default ends the process; `run` then goes on waiting for the work,

@@ -70,6 +70,11 @@ pub fn is_stale(name: &str, prefix: &str, older_than: Duration) -> bool {
 /// An error and every source, each shown with `Display` and `Debug`,
 /// separated by ` | `: what a test searches for a secret or a cause.
 ///
+/// Not `lease_core::Chain`, the printer logs and messages use: that one
+/// shows each source's `Display` only, while a secret can hide in a
+/// driver error's `Debug` (which `lease_core::Error`'s own `Debug` does not
+/// reach), so the tests that keep passwords out of errors search both.
+///
 /// ```
 /// let err = std::io::Error::other("refused");
 /// assert!(lease_testkit::chain(&err).contains("refused"));
