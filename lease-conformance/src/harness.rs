@@ -112,6 +112,23 @@ pub fn short_timings() -> Timings {
     }
 }
 
+/// The timings of guarded-transaction tests: a lease of 800 ms (renew
+/// 100 ms, local deadline 500 ms, grace 200 ms), so that a test can let it
+/// run out while a transaction is stalled, and each call of the coordinator
+/// is bounded by 1 s. Shared by the backends' fencing tests.
+pub fn fence_timings() -> Timings {
+    match Timings::builder()
+        .lease(Duration::from_millis(800))
+        .renew(Duration::from_millis(100))
+        .deadline(Duration::from_millis(500))
+        .grace(Duration::from_millis(200))
+        .build()
+    {
+        Ok(t) => t,
+        Err(e) => panic!("the fencing tests' timings are invalid: {e}"),
+    }
+}
+
 /// A case that failed: its name and what it asserted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaseFailure {

@@ -10,8 +10,8 @@ pub mod proxy;
 pub mod reference;
 
 pub use harness::{
-    CaseFailure, CaseFn, Ctx, Factory, Outcome, SHORT_LEASE, case, env_url, factory, run_all,
-    run_case, run_test, short_timings,
+    CaseFailure, CaseFn, Ctx, Factory, Outcome, SHORT_LEASE, case, env_url, factory, fence_timings,
+    run_all, run_case, run_test, short_timings,
 };
 pub use mapping::MAPPING;
 

@@ -345,10 +345,10 @@ mod tests {
     async fn echo_server() -> SocketAddr {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let _ = tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             loop {
                 let (mut socket, _) = listener.accept().await.unwrap();
-                let _ = tokio::spawn(async move {
+                drop(tokio::spawn(async move {
                     let mut buf = [0u8; 1024];
                     loop {
                         match socket.read(&mut buf).await {
@@ -360,9 +360,9 @@ mod tests {
                             }
                         }
                     }
-                });
+                }));
             }
-        });
+        }));
         addr
     }
 

@@ -162,10 +162,10 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_between_statements
     let leases = Leases::new(store.clone());
     let ctx = context(&leases, "cancel").await;
     let ender = ctx.clone();
-    let _ = tokio::spawn(async move {
+    drop(tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         ender.end(EndCause::Lost(LostCause::NotHolder));
-    });
+    }));
     let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
     let err = store
         .transaction(&ctx, |tx| {
@@ -193,10 +193,10 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_mid_statement() {
     let leases = Leases::new(store.clone());
     let ctx = context(&leases, "cancel-mid").await;
     let ender = ctx.clone();
-    let _ = tokio::spawn(async move {
+    drop(tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         ender.end(EndCause::ParentCancelled);
-    });
+    }));
     let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
     let started = Instant::now();
     let err = store

@@ -64,7 +64,7 @@ async fn control(url: &str) -> Client {
     let (client, connection) = lease_postgres::tokio_postgres::connect(url, NoTls)
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-    let _ = tokio::spawn(connection);
+    drop(tokio::spawn(connection));
     client
 }
 

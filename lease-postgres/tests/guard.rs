@@ -20,13 +20,7 @@ use tokio::time::{Instant, sleep, timeout};
 /// A lease of 800 ms (renew 100 ms, local deadline 500 ms): expiries within
 /// a test's patience. Each call of the coordinator is bounded by 1 s.
 fn short() -> Timings {
-    Timings::builder()
-        .lease(Duration::from_millis(800))
-        .renew(Duration::from_millis(100))
-        .deadline(Duration::from_millis(500))
-        .grace(Duration::from_millis(200))
-        .build()
-        .unwrap()
+    lease_conformance::fence_timings()
 }
 
 /// A fresh lease table, and a business table beside it.
@@ -398,10 +392,10 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
         let h = leases.claim("cancelled").await.unwrap().unwrap();
         let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
         let ender = ctx.clone();
-        let _ = tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             sleep(Duration::from_millis(300)).await;
             ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
-        });
+        }));
         let sql = sql.clone();
         let started = Instant::now();
         let err = store
@@ -469,10 +463,10 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     let h = leases.claim("stopped").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
     let ender = ctx.clone();
-    let _ = tokio::spawn(async move {
+    drop(tokio::spawn(async move {
         sleep(Duration::from_millis(200)).await;
         ender.end(EndCause::Stopped);
-    });
+    }));
     let sql2 = sql.clone();
     let err = store
         .transaction(&ctx, move |tx| {
@@ -777,16 +771,16 @@ impl RoundTrips {
         let addr = listener.local_addr().unwrap();
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = count.clone();
-        let _ = tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
                 let (mut client_r, mut client_w) = client.into_split();
                 let (mut server_r, mut server_w) = server.into_split();
-                let _ = tokio::spawn(async move {
+                drop(tokio::spawn(async move {
                     let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
-                });
+                }));
                 let seen = seen.clone();
-                let _ = tokio::spawn(async move {
+                drop(tokio::spawn(async move {
                     let mut pending: Vec<u8> = Vec::new();
                     let mut buf = vec![0u8; 65536];
                     // The startup packets (SSLRequest, StartupMessage) have
@@ -823,9 +817,9 @@ impl RoundTrips {
                             return;
                         }
                     }
-                });
+                }));
             }
-        });
+        }));
         RoundTrips { addr, count }
     }
 

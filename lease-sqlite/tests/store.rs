@@ -1103,10 +1103,10 @@ async fn a_guarded_transaction_ends_with_its_context() {
     let (_dir, path) = db_file();
     let (store, _handle, ctx) = claimed(&path, "ends").await;
     let ender = ctx.clone();
-    let _ = tokio::spawn(async move {
+    drop(tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(200)).await;
         ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
-    });
+    }));
     let started = std::time::Instant::now();
     let err = store
         .transaction(&ctx, |tx| {

@@ -336,7 +336,7 @@ fn spawn(
         .spawn()?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let tx = tx.clone();
-    let _ = tokio::spawn(async move {
+    drop(tokio::spawn(async move {
         let mut lines = BufReader::new(stdout).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let words = line.split_whitespace().map(str::to_owned).collect();
@@ -346,7 +346,7 @@ fn spawn(
                 words,
             });
         }
-    });
+    }));
     Ok(child)
 }
 

@@ -35,10 +35,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A short tenure as leader.
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
-    let _ = tokio::spawn(async move {
+    drop(tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         stop.cancel();
-    });
+    }));
     leases
         .leader("billing")
         .run(&shutdown, |ctx| async move { ctx.cancelled().await })

@@ -36,14 +36,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = CancellationToken::new();
     {
         let shutdown = shutdown.clone();
-        let _ = tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             match seconds {
                 Some(s) => tokio::time::sleep(Duration::from_secs(s)).await,
                 None => drop(tokio::signal::ctrl_c().await),
             }
             println!("shutting down");
             shutdown.cancel();
-        });
+        }));
     }
 
     // The duty: one replica at a time, for as long as it holds the lease.

@@ -197,13 +197,7 @@ async fn program(url: &str, tag: &str) {
 
 /// A lease of 800 ms, not renewed by these tests: it runs out on its own.
 fn short() -> Timings {
-    Timings::builder()
-        .lease(Duration::from_millis(800))
-        .renew(Duration::from_millis(100))
-        .deadline(Duration::from_millis(500))
-        .grace(Duration::from_millis(200))
-        .build()
-        .unwrap()
+    lease_conformance::fence_timings()
 }
 
 /// A raw driver transaction, fenced by hand with the dialect's guard
