@@ -40,7 +40,7 @@ pub(crate) const TABLE_TRIGGERS: &str = "SELECT TRIGGER_NAME FROM information_sc
      WHERE EVENT_OBJECT_SCHEMA = COALESCE(:schema, DATABASE()) AND EVENT_OBJECT_TABLE = :table";
 
 /// The columns the statements read and write.
-const COLUMNS: [&str; 8] = [
+pub(crate) const COLUMNS: [&str; 8] = [
     "name",
     "holder",
     "instance",

@@ -12,6 +12,8 @@
 
 use std::time::Duration;
 
+use lease_core::TableName;
+
 use crate::error::MySqlError;
 use crate::schema::{self, Found};
 use crate::sql::{self, Statements};
@@ -75,8 +77,7 @@ impl Statement {
 #[non_exhaustive]
 pub struct SqlTexts {
     statements: Statements,
-    schema: Option<String>,
-    table: String,
+    name: TableName,
     /// `name` -> `term, expired` (a plain read: no lock).
     pub claim_read: Statement,
     /// The claim of a free row read with `term`: `last_insert_id` = the new
@@ -137,8 +138,6 @@ impl SqlTexts {
         let s = Statements::new(name.quoted());
         let p = |sql: &str| Statement::positional(sql);
         Ok(SqlTexts {
-            schema: name.schema().map(str::to_owned),
-            table: name.table().to_owned(),
             claim_read: p(&s.claim_read),
             claim_take: p(&s.claim_take),
             claim_insert: p(&s.claim_insert),
@@ -160,20 +159,16 @@ impl SqlTexts {
             table_triggers: p(schema::TABLE_TRIGGERS),
             now: sql::NOW,
             statements: s,
+            name,
         })
     }
 
-    /// The table's schema as given (`schema.table`), `None` for the
-    /// connection's database: the `schema` parameter of `table_columns`.
+    /// The table's name, validated: its `schema()` (`None` for the
+    /// connection's database) and `table()` are the parameters of
+    /// `table_columns` and `table_triggers`.
     #[must_use]
-    pub fn schema(&self) -> Option<&str> {
-        self.schema.as_deref()
-    }
-
-    /// The table's own name, unquoted: the `table` parameter.
-    #[must_use]
-    pub fn table(&self) -> &str {
-        &self.table
+    pub fn table_name(&self) -> &TableName {
+        &self.name
     }
 
     /// The batch renewal of `slots` leases (round up to a power of two,
@@ -306,7 +301,10 @@ mod tests {
             t.finish.sql
         );
         assert_eq!(t.table_columns.params, ["schema", "table"]);
-        assert_eq!((t.schema(), t.table()), (Some("app"), "t1"));
+        assert_eq!(
+            (t.table_name().schema(), t.table_name().table()),
+            (Some("app"), "t1")
+        );
         assert_eq!(t.guard, s.guard);
     }
 
@@ -336,19 +334,10 @@ mod tests {
     fn table_verdicts() {
         let col = |n: &str, t: &str, e: &str| (n.to_owned(), t.to_owned(), e.to_owned());
         assert_eq!(check_columns(&[]), Ok(false));
-        let mut cols: Vec<_> = [
-            "name",
-            "holder",
-            "instance",
-            "term",
-            "expires_at_ms",
-            "slot_ms",
-            "unfinished_slot_ms",
-            "rerun_slot_ms",
-        ]
-        .iter()
-        .map(|c| col(c, if *c == "name" { "varbinary" } else { "bigint" }, ""))
-        .collect();
+        let mut cols: Vec<_> = schema::COLUMNS
+            .iter()
+            .map(|c| col(c, if *c == "name" { "varbinary" } else { "bigint" }, ""))
+            .collect();
         assert_eq!(check_columns(&cols), Ok(true));
         cols.push(col("id", "int", "auto_increment"));
         assert!(check_columns(&cols).unwrap_err().contains("AUTO_INCREMENT"));

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, SlotRecord, UnfinishedRow};
+use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, UnfinishedRow};
 use lease_mysql::texts::{self, SqlTexts, Statement};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::{Connection, Executor, Row};
 
-use crate::store::{SlotStep, Value, held, sqlx_lease_store, term_value};
+use crate::store::{SlotStep, Value, slot_record, sqlx_lease_store, term_value};
 
 sqlx_lease_store! {
     /// A [`LeaseStore`](lease_core::LeaseStore) on a sqlx
@@ -77,6 +77,7 @@ sqlx_lease_store! {
     begin: "START TRANSACTION",
     term: term_at,
     name: name_at,
+    renewals_per_batch: texts::MAX_RENEWALS_PER_BATCH,
     /// A store on `pool`, on `table` (`table` or `schema.table`, each part
     /// 1 to 64 ASCII letters, digits, `_` or `$`, not all digits).
     ///
@@ -216,7 +217,11 @@ impl MySqlLeaseStore {
                 .fetch_optional(&mut *conn)
                 .await?;
             let Some(row) = row else {
-                if self.write_on(&mut conn, &self.sql.claim_insert, &values).await? == Some(1) {
+                if self
+                    .write_on(&mut conn, &self.sql.claim_insert, &values)
+                    .await?
+                    == Some(1)
+                {
                     return Ok(Some(1));
                 }
                 continue;
@@ -226,7 +231,9 @@ impl MySqlLeaseStore {
                 return Ok(None);
             }
             values.push(("term", Value::Int(term_value(term_at(&row, 0)?)?)));
-            return self.write_on(&mut conn, &self.sql.claim_take, &values).await;
+            return self
+                .write_on(&mut conn, &self.sql.claim_take, &values)
+                .await;
         }
         Ok(None)
     }
@@ -252,76 +259,66 @@ impl MySqlLeaseStore {
         Ok(now.map(i64::try_from).transpose()?)
     }
 
-    /// The renewals in transactions of at most
-    /// [`MAX_RENEWALS_PER_BATCH`](texts::MAX_RENEWALS_PER_BATCH) leases: one
-    /// `UPDATE` of every row still held, then one read of which are held
+    /// The renewals of at most
+    /// [`MAX_RENEWALS_PER_BATCH`](texts::MAX_RENEWALS_PER_BATCH) leases in one
+    /// transaction: one
+    /// `UPDATE` of every row still then one read of which are held
     /// now (the rows the update renewed stay locked until the commit, so the
     /// read sees exactly them), as `lease-mysql` does.
-    async fn do_renew_many(
+    async fn do_renew_chunk(
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
-        let mut renewed = Vec::with_capacity(leases.len());
+    ) -> Result<Vec<(String, String, i64)>, BoxError> {
         let mut conn = self.pool.acquire().await?;
-        for chunk in leases.chunks(texts::MAX_RENEWALS_PER_BATCH) {
-            let slots = padded(chunk);
-            let (update_sql, read_sql) = self.sql.renew_many(slots.len());
-            let mut read = Vec::with_capacity(3 * slots.len());
-            read.extend(slots.iter().map(|(name, _)| ("name", Value::Str(name))));
-            for (name, holder) in &slots {
-                read.push(("name", Value::Str(name)));
-                read.push(("holder", Value::Str(holder)));
-            }
-            let mut update = vec![("lease_ms", Value::Int(lease_ms))];
-            update.extend(read.iter().copied());
-            let mut tries = 0;
-            let rows = loop {
-                let attempt = async {
-                    let mut tx = conn.begin().await?;
-                    self.query(update_sql.as_str(), &update)?
-                        .execute(&mut *tx)
-                        .await?;
-                    let rows = self
-                        .query(read_sql.as_str(), &read)?
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok::<_, BoxError>(rows)
-                };
-                match attempt.await {
-                    Ok(rows) => break rows,
-                    Err(e)
-                        if e.downcast_ref::<sqlx::Error>().is_some_and(deadlock)
-                            && tries < texts::DEADLOCK_RETRIES =>
-                    {
-                        tries += 1;
-                        tracing::debug!(tries, "deadlock victim: trying the batch again");
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            for row in &rows {
-                renewed.push((name_at(row, 0)?, name_at(row, 1)?, row.try_get(2)?));
-            }
+        let slots = padded(leases);
+        let (update_sql, read_sql) = self.sql.renew_many(slots.len());
+        let mut read = Vec::with_capacity(3 * slots.len());
+        read.extend(slots.iter().map(|(name, _)| ("name", Value::Str(name))));
+        for (name, holder) in &slots {
+            read.push(("name", Value::Str(name)));
+            read.push(("holder", Value::Str(holder)));
         }
-        Ok(held(leases, renewed))
+        let mut update = vec![("lease_ms", Value::Int(lease_ms))];
+        update.extend(read.iter().copied());
+        let mut tries = 0;
+        let rows = loop {
+            let attempt = async {
+                let mut tx = conn.begin().await?;
+                self.query(update_sql.as_str(), &update)?
+                    .execute(&mut *tx)
+                    .await?;
+                let rows = self
+                    .query(read_sql.as_str(), &read)?
+                    .fetch_all(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok::<_, BoxError>(rows)
+            };
+            match attempt.await {
+                Ok(rows) => break rows,
+                Err(e)
+                    if e.downcast_ref::<sqlx::Error>().is_some_and(deadlock)
+                        && tries < texts::DEADLOCK_RETRIES =>
+                {
+                    tries += 1;
+                    tracing::debug!(tries, "deadlock victim: trying the batch again");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        rows.iter()
+            .map(|row| Ok((name_at(row, 0)?, name_at(row, 1)?, row.try_get(2)?)))
+            .collect()
     }
 
     /// An instant claim: a plain read, then an insert or the update of the
     /// row read, each reading its outcome from its own reply.
     async fn do_claim_slot(
         &self,
-        claim: ClaimRequest<'_>,
+        mut values: Vec<(&str, Value<'_>)>,
         slot_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
-        let mut values = vec![
-            ("name", Value::Str(claim.name)),
-            ("holder", Value::Str(claim.holder)),
-            ("instance", Value::Str(claim.instance)),
-            ("lease_ms", Value::Int(claim.lease_ms)),
-            ("slot", Value::Int(slot_ms)),
-        ];
         let row = self
             .query(&self.sql.slot_read, &values)?
             .fetch_optional(&self.pool)
@@ -331,12 +328,7 @@ impl MySqlLeaseStore {
             None => None,
             Some(row) => {
                 old_term = term_value(term_at(&row, 0)?)?;
-                let record = SlotRecord {
-                    slot_ms: row.try_get(1)?,
-                    unfinished_slot_ms: row.try_get(2)?,
-                    rerun_slot_ms: row.try_get(3)?,
-                };
-                Some((record, row.try_get::<i64, _>(4)? != 0))
+                Some((slot_record(&row)?, row.try_get::<i64, _>(4)? != 0))
             }
         };
         Ok(match SlotStep::after(read, slot_ms) {
@@ -360,24 +352,8 @@ impl MySqlLeaseStore {
 
     /// The outcome rides on `LAST_INSERT_ID`: released, recorded without
     /// the lease, or (0) not recorded.
-    async fn do_finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        let outcome = self
-            .write(
-                &self.sql.finish,
-                &[
-                    ("name", Value::Str(name)),
-                    ("holder", Value::OptStr(holder)),
-                    ("slot", Value::Int(slot_ms)),
-                    ("passed", Value::Int(passed_ms)),
-                ],
-            )
-            .await?;
+    async fn do_finish(&self, values: &[(&str, Value<'_>)]) -> Result<Finished, BoxError> {
+        let outcome = self.write(&self.sql.finish, values).await?;
         Ok(match outcome {
             Some(texts::FINISH_RELEASED) => Finished::Released,
             Some(texts::FINISH_WITHOUT_LEASE) => Finished::RecordedWithoutLease,
@@ -424,9 +400,9 @@ impl MySqlLeaseStore {
             exists = self.table_usable(&mut conn).await?;
         }
         if !exists {
-            return Err(self.incompatible(
-                "it is not in information_schema after its creation".to_owned(),
-            ));
+            return Err(
+                self.incompatible("it is not in information_schema after its creation".to_owned())
+            );
         }
         Ok(())
     }
@@ -434,8 +410,8 @@ impl MySqlLeaseStore {
     /// `Ok(false)`: no such table; `Ok(true)`: it can carry leases.
     async fn table_usable(&self, conn: &mut MySqlConnection) -> Result<bool, BoxError> {
         let place = [
-            ("schema", Value::OptStr(self.sql.schema())),
-            ("table", Value::Str(self.sql.table())),
+            ("schema", Value::OptStr(self.sql.table_name().schema())),
+            ("table", Value::Str(self.sql.table_name().table())),
         ];
         let columns: Vec<(String, String, String)> = self
             .query(&self.sql.table_columns, &place)?

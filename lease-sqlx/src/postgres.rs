@@ -2,12 +2,13 @@
 //! statements, run through sqlx. What the three stores share is in
 //! `store.rs`; here is what PostgreSQL does its own way.
 
-use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, SupersededSlot, UnfinishedRow};
+use lease_core::{BoxError, Finished, SlotClaim, SupersededSlot, UnfinishedRow};
 use lease_postgres::texts::SqlTexts;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
 
-use crate::store::{Value, held, returning_claim_and_renew, sqlx_lease_store};
+use crate::store::{
+    Value, renewed_rows, returning_claim_and_renew, signed_term, sqlx_lease_store, text_name,
+};
 
 sqlx_lease_store! {
     /// A [`LeaseStore`](lease_core::LeaseStore) on a sqlx
@@ -34,8 +35,9 @@ sqlx_lease_store! {
     error: lease_postgres::PostgresError,
     default_table: lease_postgres::DEFAULT_TABLE,
     begin: "BEGIN",
-    term: term_at,
-    name: name_at,
+    term: signed_term,
+    name: text_name,
+    renewals_per_batch: usize::MAX,
     /// A store on `pool`, on `table` (`name` or `schema.name`: ASCII
     /// letters, digits, underscores).
     ///
@@ -44,23 +46,15 @@ sqlx_lease_store! {
     /// [`lease_postgres::PostgresError::InvalidTable`] for any other name.
 }
 
-returning_claim_and_renew!(PgLeaseStore, term: term_at);
-
-fn term_at(row: &PgRow, i: usize) -> Result<u64, BoxError> {
-    lease_core::term_from_db(row.try_get(i)?)
-}
-
-fn name_at(row: &PgRow, i: usize) -> Result<String, BoxError> {
-    Ok(row.try_get(i)?)
-}
+returning_claim_and_renew!(PgLeaseStore, term: signed_term);
 
 impl PgLeaseStore {
     /// The renewals in one statement, on arrays of names and holders.
-    async fn do_renew_many(
+    async fn do_renew_chunk(
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<(String, String, i64)>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
         let holders: Vec<&str> = leases.iter().map(|(_, holder)| *holder).collect();
         let rows = self
@@ -70,37 +64,24 @@ impl PgLeaseStore {
             .bind(lease_ms)
             .fetch_all(&self.pool)
             .await?;
-        let rows = rows
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        Ok(held(leases, rows))
+        renewed_rows(&rows)
     }
 
     /// An instant claim in one statement, which returns the row's old
     /// instants.
     async fn do_claim_slot(
         &self,
-        claim: ClaimRequest<'_>,
-        slot_ms: i64,
+        values: Vec<(&str, Value<'_>)>,
+        _slot_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
         let Some(row) = self
-            .query(
-                &self.sql.claim_slot,
-                &[
-                    ("name", Value::Str(claim.name)),
-                    ("holder", Value::Str(claim.holder)),
-                    ("instance", Value::Str(claim.instance)),
-                    ("slot", Value::Int(slot_ms)),
-                    ("lease_ms", Value::Int(claim.lease_ms)),
-                ],
-            )?
+            .query(&self.sql.claim_slot, &values)?
             .fetch_optional(&self.pool)
             .await?
         else {
             return Ok(SlotClaim::Refused);
         };
-        let new_term = term_at(&row, 0)?;
+        let new_term = signed_term(&row, 0)?;
         let old_slot: Option<i64> = row.try_get(1)?;
         let old_unfinished: Option<i64> = row.try_get(2)?;
         let old_rerun: Option<i64> = row.try_get(3)?;
@@ -119,23 +100,9 @@ impl PgLeaseStore {
         })
     }
 
-    async fn do_finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
+    async fn do_finish(&self, values: &[(&str, Value<'_>)]) -> Result<Finished, BoxError> {
         let row = self
-            .query(
-                &self.sql.finish,
-                &[
-                    ("name", Value::Str(name)),
-                    ("holder", Value::OptStr(holder)),
-                    ("slot", Value::Int(slot_ms)),
-                    ("passed", Value::Int(passed_ms)),
-                ],
-            )?
+            .query(&self.sql.finish, values)?
             .fetch_optional(&self.pool)
             .await?;
         Ok(match row {
@@ -156,7 +123,7 @@ impl PgLeaseStore {
             .map(|row| {
                 Ok(UnfinishedRow {
                     name: row.try_get(0)?,
-                    term: term_at(row, 1)?,
+                    term: signed_term(row, 1)?,
                     slot_ms: row.try_get(2)?,
                 })
             })
@@ -166,9 +133,12 @@ impl PgLeaseStore {
     /// The table created under `lease-postgres`'s advisory lock.
     async fn do_migrate(&self) -> Result<(), BoxError> {
         let mut tx = self.pool.begin().await?;
-        self.query(self.sql.migrate_lock, &[("key", Value::Int(self.sql.migrate_lock_key))])?
-            .execute(&mut *tx)
-            .await?;
+        self.query(
+            self.sql.migrate_lock,
+            &[("key", Value::Int(self.sql.migrate_lock_key))],
+        )?
+        .execute(&mut *tx)
+        .await?;
         self.query(&self.sql.create_table, &[])?
             .execute(&mut *tx)
             .await?;

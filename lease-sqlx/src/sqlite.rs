@@ -2,12 +2,14 @@
 //! run through sqlx. What the three stores share is in `store.rs`; here is
 //! what SQLite does its own way.
 
-use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, SlotRecord, UnfinishedRow};
+use lease_core::{BoxError, Finished, SlotClaim, UnfinishedRow};
 use lease_sqlite::texts::SqlTexts;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
-use crate::store::{SlotStep, Value, held, returning_claim_and_renew, sqlx_lease_store};
+use crate::store::{
+    SlotStep, Value, renewed_rows, returning_claim_and_renew, signed_term, slot_record,
+    sqlx_lease_store, text_name,
+};
 
 sqlx_lease_store! {
     /// A [`LeaseStore`](lease_core::LeaseStore) on a sqlx
@@ -31,8 +33,9 @@ sqlx_lease_store! {
     error: lease_sqlite::SqliteError,
     default_table: "gst_leases",
     begin: "BEGIN IMMEDIATE",
-    term: term_at,
-    name: name_at,
+    term: signed_term,
+    name: text_name,
+    renewals_per_batch: RENEWALS_PER_STATEMENT,
     /// A store on `pool`, on `table` (ASCII letters, digits, underscores,
     /// not starting with a digit nor `sqlite_`).
     ///
@@ -41,130 +44,36 @@ sqlx_lease_store! {
     /// [`lease_sqlite::SqliteError::InvalidTable`] for any other name.
 }
 
-returning_claim_and_renew!(SqliteLeaseStore, term: term_at);
+returning_claim_and_renew!(SqliteLeaseStore, term: signed_term);
 
 /// Leases renewed by one statement, names read by one statement: well under
 /// SQLite's limit on bound parameters (32,766).
 const RENEWALS_PER_STATEMENT: usize = 256;
 const NAMES_PER_STATEMENT: usize = 500;
 
-fn term_at(row: &SqliteRow, i: usize) -> Result<u64, BoxError> {
-    lease_core::term_from_db(row.try_get(i)?)
-}
-
-fn name_at(row: &SqliteRow, i: usize) -> Result<String, BoxError> {
-    Ok(row.try_get(i)?)
-}
-
 impl SqliteLeaseStore {
-    /// The renewals in statements of [`RENEWALS_PER_STATEMENT`] leases, each
-    /// returning the rows it renewed.
-    async fn do_renew_many(
+    /// The renewals of at most [`RENEWALS_PER_STATEMENT`] leases in one
+    /// statement, which returns the rows it renewed.
+    async fn do_renew_chunk(
         &self,
         leases: &[(&str, &str)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
-        let mut renewed = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(RENEWALS_PER_STATEMENT) {
-            let mut values = vec![("lease_ms", Value::Int(lease_ms))];
-            for (name, holder) in chunk {
-                values.push(("name", Value::Str(name)));
-                values.push(("holder", Value::Str(holder)));
-            }
-            let rows = self
-                .query(self.sql.renew_many(chunk.len()).as_str(), &values)?
-                .fetch_all(&self.pool)
-                .await?;
-            for row in &rows {
-                renewed.push((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?));
-            }
+    ) -> Result<Vec<(String, String, i64)>, BoxError> {
+        let mut values = vec![("lease_ms", Value::Int(lease_ms))];
+        for (name, holder) in leases {
+            values.push(("name", Value::Str(name)));
+            values.push(("holder", Value::Str(holder)));
         }
-        Ok(held(leases, renewed))
-    }
-
-    /// An instant claim: a `BEGIN IMMEDIATE` transaction that reads the row,
-    /// then inserts the name or takes the row over.
-    async fn do_claim_slot(
-        &self,
-        claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let row = self
-            .query(&self.sql.slot_read, &[("name", Value::Str(claim.name))])?
-            .fetch_optional(&mut *tx)
+        let rows = self
+            .query(self.sql.renew_many(leases.len()).as_str(), &values)?
+            .fetch_all(&self.pool)
             .await?;
-        let mut old_term = 0;
-        let read = match row {
-            None => None,
-            Some(row) => {
-                old_term = row.try_get(0)?;
-                let record = SlotRecord {
-                    slot_ms: row.try_get(1)?,
-                    unfinished_slot_ms: row.try_get(2)?,
-                    rerun_slot_ms: row.try_get(3)?,
-                };
-                Some((record, row.try_get::<bool, _>(4)?))
-            }
-        };
-        let mut values = vec![
-            ("name", Value::Str(claim.name)),
-            ("holder", Value::Str(claim.holder)),
-            ("instance", Value::Str(claim.instance)),
-            ("slot", Value::Int(slot_ms)),
-            ("lease_ms", Value::Int(claim.lease_ms)),
-        ];
-        let outcome = match SlotStep::after(read, slot_ms) {
-            SlotStep::Refuse => SlotClaim::Refused,
-            SlotStep::Insert => {
-                let inserted = self
-                    .query(&self.sql.slot_insert, &values)?
-                    .execute(&mut *tx)
-                    .await?;
-                match inserted.rows_affected() {
-                    1 => SlotClaim::Claimed {
-                        term: 1,
-                        superseded: None,
-                    },
-                    _ => SlotClaim::Refused,
-                }
-            }
-            SlotStep::Update(superseded) => {
-                values.push(("term", Value::Int(old_term)));
-                let updated = self
-                    .query(&self.sql.slot_update, &values)?
-                    .execute(&mut *tx)
-                    .await?;
-                match updated.rows_affected() {
-                    1 => SlotClaim::Claimed {
-                        term: lease_core::term_from_db(old_term.saturating_add(1))?,
-                        superseded,
-                    },
-                    _ => SlotClaim::Refused,
-                }
-            }
-        };
-        tx.commit().await?;
-        Ok(outcome)
+        renewed_rows(&rows)
     }
 
-    async fn do_finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
+    async fn do_finish(&self, values: &[(&str, Value<'_>)]) -> Result<Finished, BoxError> {
         let row = self
-            .query(
-                &self.sql.finish,
-                &[
-                    ("name", Value::Str(name)),
-                    ("holder", Value::OptStr(holder)),
-                    ("slot", Value::Int(slot_ms)),
-                    ("passed", Value::Int(passed_ms)),
-                ],
-            )?
+            .query(&self.sql.finish, values)?
             .fetch_optional(&self.pool)
             .await?;
         Ok(match row {
@@ -172,6 +81,48 @@ impl SqliteLeaseStore {
             Some(row) if row.try_get::<i64, _>(0)? != 0 => Finished::Released,
             Some(_) => Finished::RecordedWithoutLease,
         })
+    }
+
+    /// An instant claim: a `BEGIN IMMEDIATE` transaction that reads the row,
+    /// then inserts the name or takes the row over.
+    async fn do_claim_slot(
+        &self,
+        mut values: Vec<(&str, Value<'_>)>,
+        slot_ms: i64,
+    ) -> Result<SlotClaim, BoxError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let row = self
+            .query(&self.sql.slot_read, &values[..1])?
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut old_term = 0;
+        let read = match row {
+            None => None,
+            Some(row) => {
+                old_term = row.try_get(0)?;
+                Some((slot_record(&row)?, row.try_get::<bool, _>(4)?))
+            }
+        };
+        let (write, term, superseded) = match SlotStep::after(read, slot_ms) {
+            SlotStep::Refuse => {
+                tx.commit().await?;
+                return Ok(SlotClaim::Refused);
+            }
+            SlotStep::Insert => (&self.sql.slot_insert, 1, None),
+            SlotStep::Update(superseded) => {
+                values.push(("term", Value::Int(old_term)));
+                let term = lease_core::term_from_db(old_term.saturating_add(1))?;
+                (&self.sql.slot_update, term, superseded)
+            }
+        };
+        // 0 rows: someone was first.
+        let done = self.query(write, &values)?.execute(&mut *tx).await?;
+        let outcome = match done.rows_affected() {
+            1 => SlotClaim::Claimed { term, superseded },
+            _ => SlotClaim::Refused,
+        };
+        tx.commit().await?;
+        Ok(outcome)
     }
 
     /// The search in statements of [`NAMES_PER_STATEMENT`] names.
@@ -186,7 +137,7 @@ impl SqliteLeaseStore {
             for row in &rows {
                 found.push(UnfinishedRow {
                     name: row.try_get(0)?,
-                    term: term_at(row, 1)?,
+                    term: signed_term(row, 1)?,
                     slot_ms: row.try_get(2)?,
                 });
             }

@@ -124,6 +124,56 @@ impl SlotStep {
     }
 }
 
+/// A term stored as a signed integer (PostgreSQL's `bigint`, SQLite's
+/// `INTEGER`), at column `i`.
+pub(crate) fn signed_term<'r, R>(row: &'r R, i: usize) -> Result<u64, BoxError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    lease_core::term_from_db(row.try_get(i)?)
+}
+
+/// A name stored as text, at column `i`.
+pub(crate) fn text_name<'r, R>(row: &'r R, i: usize) -> Result<String, BoxError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(row.try_get(i)?)
+}
+
+/// The rows of a batch renewal (`name, holder, now`), names as text.
+pub(crate) fn renewed_rows<'r, R>(rows: &'r [R]) -> Result<Vec<(String, String, i64)>, BoxError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(rows
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+        .collect::<Result<_, sqlx::Error>>()?)
+}
+
+/// The instants of an instant claim's read (`term, slot_ms,
+/// unfinished_slot_ms, rerun_slot_ms, expired`): columns 1 to 3.
+pub(crate) fn slot_record<'r, R>(row: &'r R) -> Result<SlotRecord, BoxError>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(SlotRecord {
+        slot_ms: row.try_get(1)?,
+        unfinished_slot_ms: row.try_get(2)?,
+        rerun_slot_ms: row.try_get(3)?,
+    })
+}
+
 /// A term read back from the table, as `i64` for binding.
 pub(crate) fn term_value(term: u64) -> Result<i64, BoxError> {
     i64::try_from(term).map_err(|_| format!("a term out of range: {term}").into())
@@ -133,11 +183,18 @@ pub(crate) fn term_value(term: u64) -> Result<i64, BoxError> {
 /// accessors, and its [`LeaseStore`](lease_core::LeaseStore) impl. The
 /// statements that run alike everywhere (verify, release, claim again,
 /// the last instant, a forced release, get, list, now) are here; the
-/// others forward to the dialect module's inherent methods `do_claim`,
-/// `do_renew`, `do_renew_many`, `do_claim_slot`, `do_finish`,
-/// `do_find_unfinished`, `do_migrate`, and `written` (whether a write
-/// matched its row). `term`, `name` read a term and a lease name from a
-/// row's column.
+/// others forward to the dialect module's inherent methods:
+///
+/// - `do_claim`, `do_renew`, `do_migrate`, as the trait's;
+/// - `do_renew_chunk`: the renewals of at most `renewals_per_batch`
+///   leases, the rows renewed (`name, holder, now`);
+/// - `do_claim_slot`, given the claim's values (`name, holder, instance,
+///   slot, lease_ms`) and the instant;
+/// - `do_finish`, given the values (`name, holder, slot, passed`);
+/// - `do_find_unfinished`, as the trait's;
+/// - `written`: whether a write matched its row.
+///
+/// `term` and `name` read a term and a lease name from a row's column.
 macro_rules! sqlx_lease_store {
     (
         $(#[$doc:meta])*
@@ -149,6 +206,7 @@ macro_rules! sqlx_lease_store {
         begin: $begin:literal,
         term: $term:path,
         name: $name:path,
+        renewals_per_batch: $per_batch:expr,
         $(#[$with_table_doc:meta])*
     ) => {
         $(#[$doc])*
@@ -254,7 +312,11 @@ macro_rules! sqlx_lease_store {
                 leases: &[(&str, &str)],
                 lease_ms: i64,
             ) -> Result<Vec<Option<i64>>, lease_core::BoxError> {
-                self.do_renew_many(leases, lease_ms).await
+                let mut renewed = Vec::with_capacity(leases.len());
+                for chunk in leases.chunks($per_batch) {
+                    renewed.extend(self.do_renew_chunk(chunk, lease_ms).await?);
+                }
+                Ok($crate::store::held(leases, renewed))
             }
 
             async fn verify(
@@ -287,7 +349,15 @@ macro_rules! sqlx_lease_store {
                 claim: lease_core::ClaimRequest<'_>,
                 slot_ms: i64,
             ) -> Result<lease_core::SlotClaim, lease_core::BoxError> {
-                self.do_claim_slot(claim, slot_ms).await
+                use $crate::store::Value;
+                let values = vec![
+                    ("name", Value::Str(claim.name)),
+                    ("holder", Value::Str(claim.holder)),
+                    ("instance", Value::Str(claim.instance)),
+                    ("slot", Value::Int(slot_ms)),
+                    ("lease_ms", Value::Int(claim.lease_ms)),
+                ];
+                self.do_claim_slot(values, slot_ms).await
             }
 
             async fn finish(
@@ -297,7 +367,14 @@ macro_rules! sqlx_lease_store {
                 slot_ms: i64,
                 passed_ms: i64,
             ) -> Result<lease_core::Finished, lease_core::BoxError> {
-                self.do_finish(name, holder, slot_ms, passed_ms).await
+                use $crate::store::Value;
+                self.do_finish(&[
+                    ("name", Value::Str(name)),
+                    ("holder", Value::OptStr(holder)),
+                    ("slot", Value::Int(slot_ms)),
+                    ("passed", Value::Int(passed_ms)),
+                ])
+                .await
             }
 
             async fn find_unfinished(
