@@ -625,7 +625,11 @@ mod mysql {
         done_tx.send(()).unwrap();
         guarded.await.unwrap().unwrap();
         h.release().await.unwrap();
-        let next = rivals.claim("busy").await.unwrap().expect("a released name");
+        let next = rivals
+            .claim("busy")
+            .await
+            .unwrap()
+            .expect("a released name");
         assert_eq!(next.term(), h.term() + 1);
         next.release().await.unwrap();
         env.teardown().await;
