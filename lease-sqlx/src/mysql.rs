@@ -60,7 +60,6 @@ sqlx_lease_store! {
     /// .connect("mysql://app@db.internal/app")
     /// .await?;
     /// let store = MySqlLeaseStore::new(pool.clone());
-    /// store.guard_statement(); // what lease_sqlx::guard runs first
     /// let leases = Leases::new(store);
     /// leases.migrate().await?;
     /// if let Some(handle) = leases.claim("nightly-report").await? {

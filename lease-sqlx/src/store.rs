@@ -266,8 +266,8 @@ macro_rules! sqlx_lease_store {
                 let mut query = sqlx::query(sqlx::AssertSqlSafe(text.text().to_owned()));
                 for value in text.bind_order(values)? {
                     query = match value {
-                        Value::Str(s) => query.bind(s.to_owned()),
-                        Value::OptStr(s) => query.bind(s.map(str::to_owned)),
+                        Value::Str(s) => query.bind(s),
+                        Value::OptStr(s) => query.bind(s),
                         Value::Int(i) => query.bind(i),
                     };
                 }
@@ -481,9 +481,13 @@ macro_rules! sqlx_lease_store {
                 &self,
                 error: &(dyn std::error::Error + 'static),
             ) -> lease_core::DbErrorKind {
-                match error.downcast_ref::<sqlx::Error>() {
-                    Some(e) => <$db as $crate::dialect::FenceDatabase>::classify(e),
-                    None => lease_core::DbErrorKind::Unclassified,
+                if let Some(e) = error.downcast_ref::<sqlx::Error>() {
+                    <$db as $crate::dialect::FenceDatabase>::classify(e)
+                } else if error.is::<$error>() {
+                    // The backend crate's own (migrate's table check).
+                    lease_core::DbErrorKind::Other
+                } else {
+                    lease_core::DbErrorKind::Unclassified
                 }
             }
 

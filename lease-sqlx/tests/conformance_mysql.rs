@@ -135,6 +135,8 @@ async fn migrate_refuses_a_table_whose_insert_ids_would_lie() {
     pool.execute(sqlx::AssertSqlSafe(create)).await.unwrap();
     let store = MySqlLeaseStore::with_table(pool.clone(), &table).unwrap();
     let err = store.migrate().await.unwrap_err();
+    // Classified as lease-mysql classifies its own refusal: not retryable.
+    assert_eq!(store.classify(&*err), lease_core::DbErrorKind::Other);
     let err = err
         .downcast_ref::<lease_mysql::MySqlError>()
         .unwrap_or_else(|| panic!("{err}"));
@@ -156,4 +158,32 @@ async fn migrate_refuses_a_table_whose_insert_ids_would_lie() {
     assert_eq!(h.term(), 1);
     h.release().await.unwrap();
     pool.close().await;
+}
+
+/// The store's guard statement is `lease-mysql`'s for the same table, so a
+/// guard run under either store's handle locks the same row the same way.
+#[tokio::test]
+async fn the_guard_statement_is_lease_mysqls() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let pool = sqlx::MySqlPool::connect_lazy(&url).unwrap();
+    let ours = MySqlLeaseStore::with_table(pool, "app.leases")
+        .unwrap()
+        .guard_statement();
+    let theirs = lease_mysql::MySqlStore::builder(&url)
+        .unwrap()
+        .with_table("app.leases")
+        .build()
+        .unwrap()
+        .guard_statement();
+    assert_eq!(
+        (ours.dialect(), ours.begin(), ours.sql()),
+        (theirs.dialect(), theirs.begin(), theirs.sql())
+    );
+    assert!(ours.sql().contains("`app`.`leases`"), "{}", ours.sql());
+    assert!(
+        MySqlLeaseStore::with_table(sqlx::MySqlPool::connect_lazy(&url).unwrap(), "le`ases")
+            .is_err()
+    );
 }
