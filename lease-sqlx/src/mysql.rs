@@ -103,7 +103,7 @@ fn deadlock(e: &sqlx::Error) -> bool {
         .is_some_and(|e| e.number() == 1213)
 }
 
-/// `len` values, rounded up to a power of two by repeating the last, so
+/// `items`, their count rounded up to a power of two by repeating the last, so
 /// that a few prepared statements serve every count.
 fn padded<T: Copy>(items: &[T]) -> Vec<T> {
     let mut padded = items.to_vec();
@@ -259,10 +259,9 @@ impl MySqlLeaseStore {
     }
 
     /// The renewals of at most
-    /// [`MAX_RENEWALS_PER_BATCH`](texts::MAX_RENEWALS_PER_BATCH) leases in one
-    /// transaction: one
-    /// `UPDATE` of every row still then one read of which are held
-    /// now (the rows the update renewed stay locked until the commit, so the
+    /// [`MAX_RENEWALS_PER_BATCH`](texts::MAX_RENEWALS_PER_BATCH) leases in
+    /// one transaction: one `UPDATE` of every row still held, then one read
+    /// of which are held now (the rows the update renewed stay locked until the commit, so the
     /// read sees exactly them), as `lease-mysql` does.
     async fn do_renew_chunk(
         &self,
