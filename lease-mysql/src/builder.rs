@@ -252,27 +252,12 @@ impl MySqlStoreBuilder {
     ///
     /// [`MySqlError::InvalidSetting`] when the lock-wait bound is under 1 s.
     pub fn session_setup(&self) -> Result<String, MySqlError> {
-        let lock_wait = self.lock_wait_timeout.as_secs();
-        if lock_wait < 1 {
-            return Err(MySqlError::InvalidSetting(format!(
-                "the lock-wait timeout ({:?}) must be at least 1 s: InnoDB counts it in whole seconds",
-                self.lock_wait_timeout
-            )));
-        }
-        let statement_ms = self
-            .statement_timeout
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-        let mut setup = sql::session_setup(lock_wait, statement_ms);
-        if let Some(idle) = self.idle_transaction_timeout {
-            // MariaDB 10.3+ runs it; MySQL ignores the comment. Whole
-            // seconds, rounded up: never shorter than asked.
-            let secs = idle.as_secs() + u64::from(idle.subsec_nanos() > 0);
-            setup.push_str(&format!(
-                " /*M!100300 , idle_transaction_timeout = {} */",
-                secs.max(1)
-            ));
-        }
-        Ok(setup)
+        sql::session_setup_for(
+            self.lock_wait_timeout,
+            self.statement_timeout,
+            self.idle_transaction_timeout,
+        )
+        .map_err(MySqlError::InvalidSetting)
     }
 
     /// Builds the store and makes one connection to check the server: reachable, credentials accepted, TLS

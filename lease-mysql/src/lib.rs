@@ -6,6 +6,8 @@ mod error;
 mod schema;
 mod sql;
 mod store;
+#[doc(hidden)]
+pub mod texts;
 mod transaction;
 
 pub use builder::{MySqlPool, MySqlStoreBuilder, SCHEMES};

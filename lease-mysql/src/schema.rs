@@ -31,16 +31,16 @@ pub(crate) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS {table} (\
 /// The existing table's columns: name, type and `EXTRA` (which says
 /// `auto_increment`). No row: there is no such table (or the user may not
 /// see it).
-const TABLE_COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, EXTRA FROM information_schema.COLUMNS \
+pub(crate) const TABLE_COLUMNS: &str = "SELECT COLUMN_NAME, DATA_TYPE, EXTRA FROM information_schema.COLUMNS \
      WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table";
 
 /// The triggers on the table that the user can see (MySQL and MariaDB show
 /// a trigger only to a user with the `TRIGGER` privilege on its table).
-const TABLE_TRIGGERS: &str = "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
+pub(crate) const TABLE_TRIGGERS: &str = "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
      WHERE EVENT_OBJECT_SCHEMA = COALESCE(:schema, DATABASE()) AND EVENT_OBJECT_TABLE = :table";
 
 /// The columns the statements read and write.
-const COLUMNS: [&str; 8] = [
+pub(crate) const COLUMNS: [&str; 8] = [
     "name",
     "holder",
     "instance",
@@ -85,8 +85,24 @@ pub(crate) async fn inspect(
             params! { "schema" => table.schema(), "table" => table.table() },
         )
         .await?;
+    let found = judge_columns(&columns);
+    if found != Found::Usable {
+        return Ok(found);
+    }
+    let triggers: Vec<String> = conn
+        .exec(
+            TABLE_TRIGGERS,
+            params! { "schema" => table.schema(), "table" => table.table() },
+        )
+        .await?;
+    Ok(judge_triggers(&triggers))
+}
+
+/// What [`TABLE_COLUMNS`]' rows (name, type, `EXTRA`) say of the table:
+/// the first half of [`inspect`], shared with other drivers (`texts`).
+pub(crate) fn judge_columns(columns: &[(String, String, String)]) -> Found {
     if columns.is_empty() {
-        return Ok(Found::Missing);
+        return Found::Missing;
     }
     let missing: Vec<&str> = COLUMNS
         .into_iter()
@@ -97,10 +113,7 @@ pub(crate) async fn inspect(
         })
         .collect();
     if !missing.is_empty() {
-        return Ok(Found::Incompatible(format!(
-            "it lacks the column(s) {}",
-            missing.join(", ")
-        )));
+        return Found::Incompatible(format!("it lacks the column(s) {}", missing.join(", ")));
     }
     let name_type = columns
         .iter()
@@ -108,32 +121,32 @@ pub(crate) async fn inspect(
         .map(|(_, t, _)| t.to_ascii_lowercase())
         .unwrap_or_default();
     if name_type != "varbinary" && name_type != "binary" {
-        return Ok(Found::Incompatible(format!(
+        return Found::Incompatible(format!(
             "its name column is {name_type}, not VARBINARY: names would not compare byte for byte"
-        )));
+        ));
     }
     if let Some((column, ..)) = columns
         .iter()
         .find(|(_, _, extra)| extra.to_ascii_lowercase().contains("auto_increment"))
     {
-        return Ok(Found::Incompatible(format!(
+        return Found::Incompatible(format!(
             "its column {column} is AUTO_INCREMENT, whose ids would replace the terms the \
              statements read back from the insert id: drop the column"
-        )));
+        ));
     }
-    let triggers: Vec<String> = conn
-        .exec(
-            TABLE_TRIGGERS,
-            params! { "schema" => table.schema(), "table" => table.table() },
-        )
-        .await?;
-    if let Some(trigger) = triggers.first() {
-        return Ok(Found::Incompatible(format!(
+    Found::Usable
+}
+
+/// What [`TABLE_TRIGGERS`]' rows say of the table: the second half of
+/// [`inspect`].
+pub(crate) fn judge_triggers(triggers: &[String]) -> Found {
+    match triggers.first() {
+        Some(trigger) => Found::Incompatible(format!(
             "it has the trigger {trigger}, which can disturb the insert id the statements read \
              their outcome from: the lease table must have no trigger"
-        )));
+        )),
+        None => Found::Usable,
     }
-    Ok(Found::Usable)
 }
 
 /// What MySQL and MariaDB accept as the lease table: `table` or

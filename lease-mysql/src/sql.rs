@@ -332,9 +332,38 @@ pub(crate) fn session_setup(lock_wait_secs: u64, statement_ms: Option<u64>) -> S
     sql
 }
 
+/// The session setup for these bounds: [`session_setup`] with the
+/// lock-wait bound in whole seconds (at least 1), the statement bound in
+/// milliseconds and, on MariaDB, the idle-in-transaction bound
+/// (`idle_transaction_timeout`, whole seconds rounded up: never shorter
+/// than asked; MySQL ignores the comment). `Err` says which bound is out
+/// of range.
+pub(crate) fn session_setup_for(
+    lock_wait: std::time::Duration,
+    statement: Option<std::time::Duration>,
+    idle_transaction: Option<std::time::Duration>,
+) -> Result<String, String> {
+    let lock_wait_secs = lock_wait.as_secs();
+    if lock_wait_secs < 1 {
+        return Err(format!(
+            "the lock-wait timeout ({lock_wait:?}) must be at least 1 s: InnoDB counts it in whole seconds"
+        ));
+    }
+    let statement_ms = statement.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+    let mut setup = session_setup(lock_wait_secs, statement_ms);
+    if let Some(idle) = idle_transaction {
+        let secs = idle.as_secs() + u64::from(idle.subsec_nanos() > 0);
+        setup.push_str(&format!(
+            " /*M!100300 , idle_transaction_timeout = {} */",
+            secs.max(1)
+        ));
+    }
+    Ok(setup)
+}
+
 /// How often a write that InnoDB chose as a deadlock victim is tried again
 /// within the same call. The victim's statement was rolled back whole.
-const DEADLOCK_RETRIES: usize = 2;
+pub(crate) const DEADLOCK_RETRIES: usize = 2;
 
 impl MySqlStore {
     pub(crate) async fn conn(&self) -> Result<Conn, mysql_async::Error> {
@@ -452,7 +481,7 @@ pub(crate) async fn write_on(
 
 /// How many times a claim reads the row again after a rival inserted the
 /// name between its read and its insert.
-const CLAIM_ROUNDS: usize = 2;
+pub(crate) const CLAIM_ROUNDS: usize = 2;
 
 /// A claim on `conn`: a plain read first, so a claim refused because the
 /// name is held locks nothing and waits on nothing; then, for a free row,

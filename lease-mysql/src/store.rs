@@ -16,11 +16,11 @@ use lease_core::TableName;
 
 /// The most names one search for unfinished instants binds; more are
 /// searched in several statements.
-const MAX_NAMES_PER_SEARCH: usize = 4096;
+pub(crate) const MAX_NAMES_PER_SEARCH: usize = 4096;
 
 /// The most renewals one batch statement carries (three placeholders
 /// each); more are renewed in several transactions.
-const MAX_RENEWALS_PER_BATCH: usize = 1024;
+pub(crate) const MAX_RENEWALS_PER_BATCH: usize = 1024;
 
 /// The lease protocol on MySQL 8 or MariaDB 10.6+, through mysql_async's
 /// pool, with the server's clock.

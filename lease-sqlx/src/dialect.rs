@@ -146,7 +146,11 @@ pub(crate) fn mysql_kind(number: u16) -> DbErrorKind {
         1205 | 1213 | 3024 | 1969 | 1317 => DbErrorKind::Conflict,
         1146 | 1049 => DbErrorKind::MissingTable,
         1044 | 1045 | 1142 | 1143 | 1227 => DbErrorKind::Permission,
-        1040 | 1053 | 1152 | 1158..=1161 | 2002 | 2003 | 2006 | 2013 => DbErrorKind::Connection,
+        // too many connections, shutdown, aborted or broken connection,
+        // connection killed (MariaDB), client-side connection errors
+        1040 | 1053 | 1152 | 1158..=1161 | 1927 | 2002 | 2003 | 2006 | 2013 => {
+            DbErrorKind::Connection
+        }
         _ => DbErrorKind::Other,
     }
 }

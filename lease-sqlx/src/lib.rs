@@ -3,14 +3,19 @@
 
 mod dialect;
 mod fence;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod store;
 
 pub use dialect::FenceDatabase;
 pub use fence::{dialect_of, fenced, guard, guard_with, transaction};
 pub use lease_core::{BoxFuture, Dialect, GuardError, GuardStatement};
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlLeaseStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgLeaseStore;
 #[cfg(feature = "sqlite")]

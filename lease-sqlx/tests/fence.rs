@@ -11,9 +11,10 @@
 //! - rollback on the work's error, on its panic, on the context's end;
 //! - `fenced` (a transaction the caller began) and `guard` (the bare fence).
 //!
-//! On PostgreSQL and SQLite the holder's leases are on the sqlx pool
-//! itself ([`lease_sqlx::PgLeaseStore`], [`lease_sqlx::SqliteLeaseStore`])
-//! and its rival's on the backend crate's store, sharing the table.
+//! On every database the holder's leases are on the sqlx pool itself
+//! ([`lease_sqlx::PgLeaseStore`], [`lease_sqlx::MySqlLeaseStore`],
+//! [`lease_sqlx::SqliteLeaseStore`]) and its rival's on the backend crate's
+//! store, sharing the table.
 
 #![cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
@@ -408,6 +409,32 @@ macro_rules! env_impl {
     };
 }
 
+/// A guarded transaction on `pool` under `ctx`, its guard run and held
+/// open until the sender is used (or dropped).
+async fn hold_guarded<DB: lease_sqlx::FenceDatabase>(
+    pool: &sqlx::Pool<DB>,
+    ctx: LeaseContext,
+) -> (
+    tokio::task::JoinHandle<Result<(), GuardError<sqlx::Error>>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (open_tx, opened) = tokio::sync::oneshot::channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+    let pool = pool.clone();
+    let guarded = tokio::spawn(async move {
+        lease_sqlx::transaction(&pool, &ctx, move |_tx| {
+            Box::pin(async move {
+                let _ = open_tx.send(());
+                let _ = done.await;
+                Ok::<_, sqlx::Error>(())
+            })
+        })
+        .await
+    });
+    opened.await.unwrap();
+    (guarded, done_tx)
+}
+
 fn sql(
     table: &str,
     create: String,
@@ -487,22 +514,7 @@ mod postgres {
         let rivals = Leases::from_arc(env.rival.clone());
         let h = leases.claim("busy").await.unwrap().unwrap();
         let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
-        let (open_tx, opened) = tokio::sync::oneshot::channel();
-        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
-        let guarded = {
-            let pool = env.pool.clone();
-            tokio::spawn(async move {
-                lease_sqlx::transaction(&pool, &ctx, move |_tx| {
-                    Box::pin(async move {
-                        let _ = open_tx.send(());
-                        let _ = done.await;
-                        Ok::<_, sqlx::Error>(())
-                    })
-                })
-                .await
-            })
-        };
-        opened.await.unwrap();
+        let (guarded, done_tx) = hold_guarded(&env.pool, ctx).await;
         let bound = Duration::from_millis(500);
         for _ in 0..3 {
             tokio::time::timeout(bound, h.renew())
@@ -542,14 +554,22 @@ mod mysql {
                 .await
                 .unwrap()
         };
-        let store = connect().await;
+        // As on PostgreSQL: the holder's leases on the sqlx pool
+        // (MySqlLeaseStore, with lease-mysql's session bounds), the rival's
+        // on lease-mysql's store, one table.
+        let pool = lease_sqlx::MySqlLeaseStore::pool_options(
+            Duration::from_secs(3),
+            Some(Duration::from_secs(5)),
+            Some(Duration::from_secs(10)),
+        )
+        .unwrap()
+        .max_connections(8)
+        .connect(&url)
+        .await
+        .unwrap();
+        let store = lease_sqlx::MySqlLeaseStore::with_table(pool.clone(), &leases_table).unwrap();
         store.migrate().await.unwrap();
         let rival = connect().await;
-        let pool = sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(8)
-            .connect(&url)
-            .await
-            .unwrap();
         let mut sql = sql(
             &table,
             format!(
@@ -574,6 +594,45 @@ mod mysql {
     mod scenarios {
         use super::open;
         scenarios!(sqlx::MySql, open);
+    }
+
+    /// `MySqlLeaseStore`'s claim is `lease-mysql`'s: a plain read first, so
+    /// a claim refused because the name is held takes no lock and does not
+    /// wait for the holder's guarded transaction (whose shared lock a
+    /// locking claim would queue behind until the lock-wait bound, 3 s);
+    /// once the holder's transaction ends and the lease is released, the
+    /// same claim wins with term + 1.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_claim_does_not_wait_for_the_guarded_transaction() {
+        let Some(env) = open("refused").await else {
+            return;
+        };
+        // Here the holder is lease-mysql's store (its guard statement is
+        // the same), and the claimant under test the sqlx store.
+        let leases = Leases::from_arc(env.rival.clone());
+        let rivals = Leases::from_arc(env.store.clone());
+        let h = leases.claim("busy").await.unwrap().unwrap();
+        let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+        let (guarded, done_tx) = hold_guarded(&env.pool, ctx).await;
+        let bound = Duration::from_millis(1_000);
+        for _ in 0..3 {
+            let refused = tokio::time::timeout(bound, rivals.claim("busy"))
+                .await
+                .expect("a refused claim waited for the holder's guarded transaction")
+                .unwrap();
+            assert!(refused.is_none());
+        }
+        done_tx.send(()).unwrap();
+        guarded.await.unwrap().unwrap();
+        h.release().await.unwrap();
+        let next = rivals
+            .claim("busy")
+            .await
+            .unwrap()
+            .expect("a released name");
+        assert_eq!(next.term(), h.term() + 1);
+        next.release().await.unwrap();
+        env.teardown().await;
     }
 }
 

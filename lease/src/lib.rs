@@ -18,7 +18,8 @@ pub use lease_scheduler as scheduler;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use lease_sqlite as sqlite;
 /// Fenced sqlx transactions (the `lease-sqlx` crate), for the backends
-/// enabled beside it.
+/// enabled beside it, and the leases on a sqlx pool (`PgLeaseStore`,
+/// `MySqlLeaseStore`, `SqliteLeaseStore`).
 #[cfg(feature = "sqlx")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
 pub use lease_sqlx as sqlx;
