@@ -349,8 +349,22 @@ pub(crate) fn session_setup_for(
             "the lock-wait timeout ({lock_wait:?}) must be at least 1 s: InnoDB counts it in whole seconds"
         ));
     }
+    Ok(session_setup_secs(
+        lock_wait_secs,
+        statement,
+        idle_transaction,
+    ))
+}
+
+/// [`session_setup_for`] with the lock-wait bound already in whole seconds
+/// (at least 1: a lower value is raised to it).
+pub(crate) fn session_setup_secs(
+    lock_wait_secs: u64,
+    statement: Option<std::time::Duration>,
+    idle_transaction: Option<std::time::Duration>,
+) -> String {
     let statement_ms = statement.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-    let mut setup = session_setup(lock_wait_secs, statement_ms);
+    let mut setup = session_setup(lock_wait_secs.max(1), statement_ms);
     if let Some(idle) = idle_transaction {
         let secs = idle.as_secs() + u64::from(idle.subsec_nanos() > 0);
         setup.push_str(&format!(
@@ -358,7 +372,7 @@ pub(crate) fn session_setup_for(
             secs.max(1)
         ));
     }
-    Ok(setup)
+    setup
 }
 
 /// How often a write that InnoDB chose as a deadlock victim is tried again

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use lease_core::TableName;
+use lease_core::{TableName, Timings};
 
 use crate::error::MySqlError;
 use crate::schema::{self, Found};
@@ -216,6 +216,20 @@ pub fn session_setup(
     idle_transaction: Option<Duration>,
 ) -> Result<String, String> {
     sql::session_setup_for(lock_wait, statement, idle_transaction)
+}
+
+/// The session setup for the bounds derived from `timings`, as
+/// `MySqlStoreBuilder::with_timings` sets them: lock wait
+/// [`Timings::lock_wait_timeout`], statements
+/// [`Timings::statement_timeout`], idle in a transaction (MariaDB)
+/// [`Timings::deadline`].
+#[must_use]
+pub fn timings_setup(timings: &Timings) -> String {
+    sql::session_setup_secs(
+        timings.lock_wait_timeout().as_secs(),
+        Some(timings.statement_timeout()),
+        Some(timings.deadline()),
+    )
 }
 
 /// What the rows of `table_columns` say of the table: `Ok(false)` it does

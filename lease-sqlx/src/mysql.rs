@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, UnfinishedRow};
+use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, Timings, UnfinishedRow};
 use lease_mysql::texts::{self, SqlTexts, Statement};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::{Connection, Executor, Row};
@@ -45,22 +45,17 @@ sqlx_lease_store! {
     /// # Examples
     ///
     /// ```no_run
-    /// use std::time::Duration;
-    ///
-    /// use lease_core::Leases;
+    /// use lease_core::{Leases, Timings};
     /// use lease_sqlx::MySqlLeaseStore;
     ///
     /// # async fn example() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    /// let pool = MySqlLeaseStore::pool_options(
-    ///     Duration::from_secs(3),
-    ///     Some(Duration::from_secs(5)),
-    ///     Some(Duration::from_secs(10)),
-    /// )?
-    /// .max_connections(8)
-    /// .connect("mysql://app@db.internal/app")
-    /// .await?;
+    /// let timings = Timings::default();
+    /// let pool = MySqlLeaseStore::pool_options(&timings)
+    ///     .max_connections(8)
+    ///     .connect("mysql://app@db.internal/app")
+    ///     .await?;
     /// let store = MySqlLeaseStore::new(pool.clone());
-    /// let leases = Leases::new(store);
+    /// let leases = Leases::new(store).with_timings(timings);
     /// leases.migrate().await?;
     /// if let Some(handle) = leases.claim("nightly-report").await? {
     ///     // ... lease_sqlx::transaction(&pool, &ctx, ..) for fenced writes
@@ -134,25 +129,24 @@ impl MySqlLeaseStore {
             .map_err(lease_mysql::MySqlError::InvalidSetting)
     }
 
-    /// Pool options whose every new connection runs
-    /// [`session_setup`](Self::session_setup) with these bounds.
-    ///
-    /// # Errors
-    ///
-    /// As [`session_setup`](Self::session_setup).
-    pub fn pool_options(
-        lock_wait: Duration,
-        statement: Option<Duration>,
-        idle_transaction: Option<Duration>,
-    ) -> Result<MySqlPoolOptions, lease_mysql::MySqlError> {
-        let setup = Self::session_setup(lock_wait, statement, idle_transaction)?;
-        Ok(MySqlPoolOptions::new().after_connect(move |conn, _| {
+    /// Pool options whose every new connection runs `lease-mysql`'s session
+    /// setup with the bounds derived from `timings`, those of the
+    /// [`Leases`](lease_core::Leases) that will use the store, as
+    /// `MySqlStoreBuilder::with_timings` sets them: lock wait
+    /// [`Timings::lock_wait_timeout`] (3 s by default), statements
+    /// [`Timings::statement_timeout`] (5 s), idle in a transaction
+    /// (MariaDB) [`Timings::deadline`] (10 s). For other bounds, run
+    /// [`session_setup`](Self::session_setup) in your own `after_connect`.
+    #[must_use]
+    pub fn pool_options(timings: &Timings) -> MySqlPoolOptions {
+        let setup = texts::timings_setup(timings);
+        MySqlPoolOptions::new().after_connect(move |conn, _| {
             let setup = sqlx::AssertSqlSafe(setup.clone());
             Box::pin(async move {
                 conn.execute(setup).await?;
                 Ok(())
             })
-        }))
+        })
     }
 
     /// Runs a write on `conn`, trying again when InnoDB picked it as a

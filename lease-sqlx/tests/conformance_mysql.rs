@@ -23,16 +23,11 @@ const PREFIX: &str = "lsm_";
 /// A pool with `lease-mysql`'s default bounds: lock wait 3 s, statement
 /// 5 s, idle transaction 10 s.
 async fn pool(url: &str) -> sqlx::MySqlPool {
-    MySqlLeaseStore::pool_options(
-        Duration::from_secs(3),
-        Some(Duration::from_secs(5)),
-        Some(Duration::from_secs(10)),
-    )
-    .unwrap()
-    .max_connections(16)
-    .connect(url)
-    .await
-    .expect("connect to LEASE_TEST_MYSQL_URL")
+    MySqlLeaseStore::pool_options(&lease_core::Timings::default())
+        .max_connections(16)
+        .connect(url)
+        .await
+        .expect("connect to LEASE_TEST_MYSQL_URL")
 }
 
 /// Drops `table` when the guard goes, on a connection of its own.
@@ -81,15 +76,20 @@ async fn sweep(pool: &sqlx::MySqlPool) {
 lease_conformance::conformance_tests!(fresh_store);
 
 /// Every connection of a pool from `pool_options` runs the session setup:
-/// the lock-wait bound the store's claims and guards rely on is the one
-/// asked for, not the server's default (50 s), and the SQL mode is strict.
+/// the lock-wait bound the store's claims and guards rely on is the one the
+/// timings derive (a 20 s deadline: statements 10 s, lock wait 6 s), not the
+/// server's default (50 s), and the SQL mode is strict.
 #[tokio::test]
 async fn pool_options_set_the_session_bounds() {
     let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
         return;
     };
-    let pool = MySqlLeaseStore::pool_options(Duration::from_secs(7), None, None)
-        .unwrap()
+    let timings = lease_core::Timings::builder()
+        .lease(Duration::from_secs(40))
+        .deadline(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let pool = MySqlLeaseStore::pool_options(&timings)
         .max_connections(2)
         .connect(&url)
         .await
@@ -102,11 +102,11 @@ async fn pool_options_set_the_session_bounds() {
                 .fetch_one(&mut *conn)
                 .await
                 .unwrap();
-        assert_eq!(wait, 7);
+        assert_eq!(wait, 6);
         assert!(mode.contains("STRICT_ALL_TABLES"), "{mode}");
         held.push(conn);
     }
-    let err = MySqlLeaseStore::pool_options(Duration::from_millis(200), None, None).unwrap_err();
+    let err = MySqlLeaseStore::session_setup(Duration::from_millis(200), None, None).unwrap_err();
     assert!(
         matches!(err, lease_mysql::MySqlError::InvalidSetting(_)),
         "{err}"

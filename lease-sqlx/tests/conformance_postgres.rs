@@ -52,16 +52,8 @@ async fn sweep(pool: &sqlx::PgPool) {
     .fetch_all(pool)
     .await
     .unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
     for table in tables {
-        let created = table
-            .strip_prefix("lsq_")
-            .and_then(|rest| rest.split('_').next())
-            .and_then(|secs| secs.parse::<u64>().ok());
-        if created.is_some_and(|secs| now.saturating_sub(secs) > 600) {
+        if lease_testkit::is_stale(&table, "lsq_", std::time::Duration::from_secs(600)) {
             let drop = format!("DROP TABLE IF EXISTS \"{}\"", table.replace('"', "\"\""));
             let _ = sqlx::query(sqlx::AssertSqlSafe(drop))
                 .persistent(false)

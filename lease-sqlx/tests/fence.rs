@@ -30,13 +30,7 @@ use lease_core::{
 
 /// A lease of 800 ms, not renewed by these tests: it runs out on its own.
 fn short() -> Timings {
-    Timings::builder()
-        .lease(Duration::from_millis(800))
-        .renew(Duration::from_millis(100))
-        .deadline(Duration::from_millis(500))
-        .grace(Duration::from_millis(200))
-        .build()
-        .unwrap()
+    lease_conformance::fence_timings()
 }
 
 /// A name no other test, process or run uses.
@@ -557,16 +551,11 @@ mod mysql {
         // As on PostgreSQL: the holder's leases on the sqlx pool
         // (MySqlLeaseStore, with lease-mysql's session bounds), the rival's
         // on lease-mysql's store, one table.
-        let pool = lease_sqlx::MySqlLeaseStore::pool_options(
-            Duration::from_secs(3),
-            Some(Duration::from_secs(5)),
-            Some(Duration::from_secs(10)),
-        )
-        .unwrap()
-        .max_connections(8)
-        .connect(&url)
-        .await
-        .unwrap();
+        let pool = lease_sqlx::MySqlLeaseStore::pool_options(&Timings::default())
+            .max_connections(8)
+            .connect(&url)
+            .await
+            .unwrap();
         let store = lease_sqlx::MySqlLeaseStore::with_table(pool.clone(), &leases_table).unwrap();
         store.migrate().await.unwrap();
         let rival = connect().await;
