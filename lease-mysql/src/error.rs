@@ -139,18 +139,32 @@ pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> lease_core:
         },
     };
     match driver {
+        mysql_async::Error::Server(e) => server_error_kind(e.code),
+        e if retryable(e) => DbErrorKind::Connection,
+        _ => DbErrorKind::Other,
+    }
+}
+
+/// What kind of failure a server error number is: the one table of the
+/// MySQL and MariaDB codes, shared with `lease-sqlx`'s store on a sqlx pool
+/// (through `texts`), so the two classify alike.
+pub(crate) fn server_error_kind(code: u16) -> lease_core::DbErrorKind {
+    use lease_core::DbErrorKind;
+
+    match code {
+        // lock wait timeout, deadlock, statement time exceeded (MariaDB,
+        // MySQL), query interrupted
+        1205 | 1213 | 1969 | 3024 | 1317 => DbErrorKind::Conflict,
         // no such table
-        mysql_async::Error::Server(e) if e.code == 1146 => DbErrorKind::MissingTable,
-        // lock wait timeout, deadlock, MariaDB / MySQL statement timeouts
-        mysql_async::Error::Server(e) if matches!(e.code, 1205 | 1213 | 1969 | 3024) => {
-            DbErrorKind::Conflict
-        }
+        1146 => DbErrorKind::MissingTable,
         // table, column, database access denied; access denied for user;
         // a privilege (SUPER, ...) needed
-        mysql_async::Error::Server(e) if matches!(e.code, 1142 | 1143 | 1044 | 1045 | 1227) => {
-            DbErrorKind::Permission
+        1044 | 1045 | 1142 | 1143 | 1227 => DbErrorKind::Permission,
+        // too many connections, shutdown, aborted or broken connection,
+        // connection killed (MariaDB), client-side connection errors
+        1040 | 1053 | 1152 | 1158..=1161 | 1927 | 2002 | 2003 | 2006 | 2013 => {
+            DbErrorKind::Connection
         }
-        e if retryable(e) => DbErrorKind::Connection,
         _ => DbErrorKind::Other,
     }
 }
@@ -161,10 +175,8 @@ pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> lease_core:
 fn retryable(err: &mysql_async::Error) -> bool {
     match err {
         mysql_async::Error::Server(e) => matches!(
-            e.code,
-            // lock wait timeout, deadlock, MariaDB statement timeout,
-            // MySQL statement timeout, too many connections, server shutdown
-            1205 | 1213 | 1969 | 3024 | 1040 | 1053 | 1927
+            server_error_kind(e.code),
+            lease_core::DbErrorKind::Conflict | lease_core::DbErrorKind::Connection
         ),
         mysql_async::Error::Io(_) => true,
         mysql_async::Error::Driver(e) => matches!(
@@ -191,6 +203,31 @@ mod tests {
         };
         assert!(server(1205).is_retryable());
         assert!(server(1213).is_retryable());
+        assert!(server(2013).is_retryable());
         assert!(!server(1146).is_retryable());
+        assert!(!server(1049).is_retryable());
+    }
+
+    #[test]
+    fn server_codes_classify_by_one_table() {
+        use lease_core::DbErrorKind;
+        for (code, kind) in [
+            (1205, DbErrorKind::Conflict),
+            (1317, DbErrorKind::Conflict),
+            (1146, DbErrorKind::MissingTable),
+            (1049, DbErrorKind::Other),
+            (1142, DbErrorKind::Permission),
+            (1927, DbErrorKind::Connection),
+            (1159, DbErrorKind::Connection),
+            (1062, DbErrorKind::Other),
+        ] {
+            assert_eq!(server_error_kind(code), kind, "error {code}");
+            let err = MySqlError::Database(mysql_async::Error::Server(mysql_async::ServerError {
+                code,
+                message: String::new(),
+                state: "HY000".into(),
+            }));
+            assert_eq!(classify(&err), kind, "error {code} through classify");
+        }
     }
 }

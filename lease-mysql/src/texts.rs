@@ -232,6 +232,13 @@ pub fn timings_setup(timings: &Timings) -> String {
     )
 }
 
+/// What kind of failure a MySQL or MariaDB server error number is, as this
+/// crate's store classifies it.
+#[must_use]
+pub fn server_error_kind(code: u16) -> lease_core::DbErrorKind {
+    crate::error::server_error_kind(code)
+}
+
 /// What the rows of `table_columns` say of the table: `Ok(false)` it does
 /// not exist, `Ok(true)` its columns can carry leases (check the triggers
 /// next), `Err` why it cannot.

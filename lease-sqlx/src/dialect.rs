@@ -131,27 +131,9 @@ impl FenceDatabase for sqlx::MySql {
             .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
             .map(sqlx::mysql::MySqlDatabaseError::number);
         match number {
-            Some(n) => mysql_kind(n),
+            Some(n) => lease_mysql::texts::server_error_kind(n),
             None => DbErrorKind::Unclassified,
         }
-    }
-}
-
-/// A MySQL error number's kind, as `lease-mysql` classifies it.
-#[cfg(feature = "mysql")]
-pub(crate) fn mysql_kind(number: u16) -> DbErrorKind {
-    match number {
-        // lock wait timeout, deadlock, statement time exceeded (MySQL,
-        // MariaDB), query interrupted
-        1205 | 1213 | 3024 | 1969 | 1317 => DbErrorKind::Conflict,
-        1146 | 1049 => DbErrorKind::MissingTable,
-        1044 | 1045 | 1142 | 1143 | 1227 => DbErrorKind::Permission,
-        // too many connections, shutdown, aborted or broken connection,
-        // connection killed (MariaDB), client-side connection errors
-        1040 | 1053 | 1152 | 1158..=1161 | 1927 | 2002 | 2003 | 2006 | 2013 => {
-            DbErrorKind::Connection
-        }
-        _ => DbErrorKind::Other,
     }
 }
 
