@@ -143,7 +143,7 @@ impl MySqlLeaseStore {
         MySqlPoolOptions::new().after_connect(move |conn, _| {
             let setup = sqlx::AssertSqlSafe(setup.clone());
             Box::pin(async move {
-                conn.execute(setup).await?;
+                let _ = conn.execute(setup).await?;
                 Ok(())
             })
         })
@@ -277,7 +277,8 @@ impl MySqlLeaseStore {
         let rows = loop {
             let attempt = async {
                 let mut tx = conn.begin().await?;
-                self.query(update_sql.as_str(), &update)?
+                let _ = self
+                    .query(update_sql.as_str(), &update)?
                     .execute(&mut *tx)
                     .await?;
                 let rows = self
@@ -386,7 +387,8 @@ impl MySqlLeaseStore {
         let mut conn = self.pool.acquire().await?;
         let mut exists = self.table_usable(&mut conn).await?;
         if !exists {
-            self.query(&self.sql.create_table, &[])?
+            let _ = self
+                .query(&self.sql.create_table, &[])?
                 .execute(&mut *conn)
                 .await?;
             exists = self.table_usable(&mut conn).await?;

@@ -133,13 +133,15 @@ impl PgLeaseStore {
     /// The table created under `lease-postgres`'s advisory lock.
     async fn do_migrate(&self) -> Result<(), BoxError> {
         let mut tx = self.pool.begin().await?;
-        self.query(
-            self.sql.migrate_lock,
-            &[("key", Value::Int(self.sql.migrate_lock_key))],
-        )?
-        .execute(&mut *tx)
-        .await?;
-        self.query(&self.sql.create_table, &[])?
+        let _ = self
+            .query(
+                self.sql.migrate_lock,
+                &[("key", Value::Int(self.sql.migrate_lock_key))],
+            )?
+            .execute(&mut *tx)
+            .await?;
+        let _ = self
+            .query(&self.sql.create_table, &[])?
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -146,7 +146,8 @@ impl SqliteLeaseStore {
     }
 
     async fn do_migrate(&self) -> Result<(), BoxError> {
-        self.query(&self.sql.create_table, &[])?
+        let _ = self
+            .query(&self.sql.create_table, &[])?
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -46,7 +46,7 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
     static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let url = lease_conformance::env_url("LEASE_TEST_MYSQL_URL")?;
     let pool = pool(&url).await;
-    SWEPT.get_or_init(|| sweep(&pool)).await;
+    let _ = SWEPT.get_or_init(|| sweep(&pool)).await;
     let table = lease_testkit::unique(PREFIX);
     let store = MySqlLeaseStore::with_table(pool, &table).unwrap();
     Some(Arc::new(
@@ -66,7 +66,8 @@ async fn sweep(pool: &sqlx::MySqlPool) {
     for table in tables {
         if lease_testkit::is_stale(&table, PREFIX, Duration::from_secs(600)) {
             let drop = format!("DROP TABLE IF EXISTS `{}`", table.replace('`', "``"));
-            pool.execute(sqlx::AssertSqlSafe(drop))
+            let _ = pool
+                .execute(sqlx::AssertSqlSafe(drop))
                 .await
                 .expect("drop a stale table");
         }
@@ -132,7 +133,7 @@ async fn migrate_refuses_a_table_whose_insert_ids_would_lie() {
          expires_at_ms BIGINT NOT NULL, slot_ms BIGINT NOT NULL DEFAULT 0, \
          unfinished_slot_ms BIGINT NOT NULL DEFAULT 0, rerun_slot_ms BIGINT NOT NULL DEFAULT 0)"
     );
-    pool.execute(sqlx::AssertSqlSafe(create)).await.unwrap();
+    let _ = pool.execute(sqlx::AssertSqlSafe(create)).await.unwrap();
     let store = MySqlLeaseStore::with_table(pool.clone(), &table).unwrap();
     let err = store.migrate().await.unwrap_err();
     // Classified as lease-mysql classifies its own refusal: not retryable.

@@ -99,14 +99,14 @@ macro_rules! scenarios {
                                 let _ = started.send(());
                                 match sleep {
                                     Some(sleep) => {
-                                        sqlx::query::<Db>(sleep)
+                                        let _ = sqlx::query::<Db>(sleep)
                                             .bind(1.4_f64)
                                             .execute(&mut **tx)
                                             .await?;
                                     }
                                     None => tokio::time::sleep(Duration::from_millis(1_400)).await,
                                 }
-                                sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
+                                let _ = sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
                                     .bind(term)
                                     .execute(&mut **tx)
                                     .await?;
@@ -212,7 +212,7 @@ macro_rules! scenarios {
             let insert = env.sql.insert.clone();
             let err = lease_sqlx::transaction(&env.pool, &ctx, move |tx| {
                 Box::pin(async move {
-                    sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
+                    let _ = sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
                         .bind(term)
                         .execute(&mut **tx)
                         .await
@@ -233,7 +233,7 @@ macro_rules! scenarios {
                 tokio::spawn(async move {
                     lease_sqlx::transaction(&pool, &ctx, move |tx| {
                         Box::pin(async move {
-                            sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
+                            let _ = sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
                                 .bind(term)
                                 .execute(&mut **tx)
                                 .await?;
@@ -253,7 +253,7 @@ macro_rules! scenarios {
             // A transaction the caller began, fenced: commits on Ok.
             let tx = env.pool.begin().await.unwrap();
             let insert = env.sql.insert.clone();
-            lease_sqlx::fenced(tx, &ctx, move |tx| {
+            let _ = lease_sqlx::fenced(tx, &ctx, move |tx| {
                 Box::pin(async move {
                     sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
                         .bind(term)
@@ -285,7 +285,7 @@ macro_rules! scenarios {
                 tokio::spawn(async move {
                     lease_sqlx::transaction(&pool, &ctx, move |tx| {
                         Box::pin(async move {
-                            sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
+                            let _ = sqlx::query::<Db>(sqlx::AssertSqlSafe(insert))
                                 .bind(term)
                                 .execute(&mut **tx)
                                 .await?;
@@ -386,7 +386,7 @@ macro_rules! env_impl {
             }
 
             async fn teardown(self) {
-                sqlx::query::<$db>(sqlx::AssertSqlSafe(self.sql.drop.clone()))
+                let _ = sqlx::query::<$db>(sqlx::AssertSqlSafe(self.sql.drop.clone()))
                     .execute(&self.pool)
                     .await
                     .unwrap();
@@ -394,7 +394,7 @@ macro_rules! env_impl {
             }
 
             async fn create(&self) {
-                sqlx::query::<$db>(sqlx::AssertSqlSafe(self.sql.create.clone()))
+                let _ = sqlx::query::<$db>(sqlx::AssertSqlSafe(self.sql.create.clone()))
                     .execute(&self.pool)
                     .await
                     .unwrap();
