@@ -103,9 +103,9 @@ async fn main() -> BoxResult<()> {
 // ---------------------------------------------------------------------------
 
 async fn replica(id: usize, url: &str) -> BoxResult<()> {
-    let leases = dblease::connect(url)
+    // The store's server-side bounds follow the same timings.
+    let leases = dblease::connect_with(url, timings()?)
         .await?
-        .with_timings(timings()?)
         .with_instance(format!("replica-{id}"));
     // Runs until killed: the orchestrator ends every replica with SIGKILL.
     let shutdown = CancellationToken::new();
