@@ -5,9 +5,15 @@
 //! rule of the protocol, the way a backend might by mistake, and the suite's
 //! own tests show that the matching cases then fail. It keeps nothing across
 //! processes, so it is no backend for production.
+//!
+//! It also serves as a store for tests of code built on the protocol: on
+//! Tokio's clock ([`MemoryStore::on_tokio_clock`]) paused time moves its
+//! expiries, and [`MemoryStore::row`] / [`MemoryStore::set_row`] read and
+//! plant rows directly. A test wrapper that injects faults or records the
+//! calls is a [`ForwardingStore`](lease_core::ForwardingStore) over it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -208,15 +214,26 @@ impl Fault {
 /// What every statement on a table not yet migrated fails with.
 const NO_TABLE: &str = "no such table: the lease table was not migrated";
 
-#[derive(Debug, Clone)]
-struct Row {
-    holder: String,
-    instance: String,
-    term: u64,
-    expires_at_ms: i64,
-    slot_ms: i64,
-    unfinished_slot_ms: i64,
-    rerun_slot_ms: i64,
+/// A row of a [`MemoryStore`]'s lease table: the columns of the protocol's
+/// table, read with [`MemoryStore::row`] and planted with
+/// [`MemoryStore::set_row`]. The default is a row no one holds and no
+/// instant was ever claimed on (term 0, every time 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Row {
+    /// The holder's token.
+    pub holder: String,
+    /// The holding instance.
+    pub instance: String,
+    /// The term: 1 for the first claim, one more for each claim after.
+    pub term: u64,
+    /// When the lease runs out, in UTC ms of the store's clock (0: released).
+    pub expires_at_ms: i64,
+    /// The last instant claimed (0: none).
+    pub slot_ms: i64,
+    /// The instant whose round has not finished (0: none).
+    pub unfinished_slot_ms: i64,
+    /// The instant claimed a second time (0: none).
+    pub rerun_slot_ms: i64,
 }
 
 #[derive(Debug, Default)]
@@ -225,10 +242,28 @@ struct Table {
     rows: HashMap<String, Row>,
 }
 
+/// Where a [`MemoryStore`] reads its now.
+#[derive(Debug, Clone, Copy, Default)]
+enum Clock {
+    /// The system's clock, as a database's.
+    #[default]
+    System,
+    /// `start_ms` plus the time Tokio's clock has moved since `base`.
+    Tokio {
+        base: tokio::time::Instant,
+        start_ms: i64,
+    },
+}
+
 /// The protocol in memory: a reference model, optionally with a [`Fault`].
+///
+/// Like a database, it answers nothing before [`migrate`](LeaseStore::migrate)
+/// (or [`migrated`](Self::migrated)), and reads the system's clock unless
+/// put [`on_tokio_clock`](Self::on_tokio_clock).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     fault: Option<Fault>,
+    clock: Clock,
     table: Mutex<Table>,
 }
 
@@ -242,8 +277,90 @@ impl MemoryStore {
     pub fn with_fault(fault: Fault) -> Self {
         MemoryStore {
             fault: Some(fault),
-            table: Mutex::default(),
+            ..Self::default()
         }
+    }
+
+    /// This store with its table created, as after
+    /// [`migrate`](LeaseStore::migrate): for tests that build it outside
+    /// async code.
+    ///
+    /// ```
+    /// use lease_conformance::reference::{MemoryStore, Row};
+    ///
+    /// let store = MemoryStore::new().migrated();
+    /// store.set_row("job", Row { term: 3, ..Row::default() });
+    /// assert_eq!(store.row("job").map(|r| r.term), Some(3));
+    /// ```
+    #[must_use]
+    pub fn migrated(mut self) -> Self {
+        self.table
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .created = true;
+        self
+    }
+
+    /// This store on Tokio's clock: its now is `start_ms` (UTC ms) plus the
+    /// time [`tokio::time::Instant`] has moved since this call. On paused
+    /// time (`#[tokio::test(start_paused = true)]`) leases then expire as
+    /// the test advances time, not as the wall clock runs, and a test knows
+    /// the store's clock to the millisecond.
+    ///
+    /// Call it in the runtime whose clock the store should follow (outside
+    /// one, Tokio's clock is the system's monotonic clock).
+    ///
+    /// ```
+    /// use lease_conformance::reference::MemoryStore;
+    ///
+    /// // 2025-12-01T10:00:00Z
+    /// let store = MemoryStore::new().on_tokio_clock(1_764_583_200_000);
+    /// let now = store.now();
+    /// assert!((1_764_583_200_000..1_764_583_260_000).contains(&now));
+    /// ```
+    #[must_use]
+    pub fn on_tokio_clock(mut self, start_ms: i64) -> Self {
+        self.clock = Clock::Tokio {
+            base: tokio::time::Instant::now(),
+            start_ms,
+        };
+        self
+    }
+
+    /// The store's now in UTC ms, as its statements read it (and as
+    /// [`now_ms`](LeaseStore::now_ms) answers it).
+    pub fn now(&self) -> i64 {
+        let ms = match self.clock {
+            Clock::System => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .unwrap_or(0),
+            Clock::Tokio { base, start_ms } => start_ms
+                .saturating_add(i64::try_from(base.elapsed().as_millis()).unwrap_or(i64::MAX)),
+        };
+        if self.has(Fault::ClockInSeconds) {
+            ms / 1000
+        } else {
+            ms
+        }
+    }
+
+    /// The row of `name`, if it has one: read directly, not through a
+    /// statement (so also before the table is migrated).
+    pub fn row(&self, name: &str) -> Option<Row> {
+        self.table().rows.get(&self.key(name)).cloned()
+    }
+
+    /// Plants `row` as the row of `name`, replacing any: the state a test
+    /// starts from (a round cut short, an instant claimed long ago).
+    pub fn set_row(&self, name: &str, row: Row) {
+        let _ = self.table().rows.insert(self.key(name), row);
+    }
+
+    /// The table for [`row`](Self::row) and [`set_row`](Self::set_row),
+    /// even after a panic elsewhere: a test wants to see the rows then too.
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn has(&self, fault: Fault) -> bool {
@@ -257,18 +374,6 @@ impl MemoryStore {
             name.trim_end_matches(' ').to_owned()
         } else {
             name.to_owned()
-        }
-    }
-
-    fn now(&self) -> i64 {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        if self.has(Fault::ClockInSeconds) {
-            ms / 1000
-        } else {
-            ms
         }
     }
 
@@ -637,5 +742,78 @@ impl LeaseStore for MemoryStore {
         }
         table.created = true;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(name: &str, lease_ms: i64) -> ClaimRequest<'_> {
+        ClaimRequest {
+            name,
+            holder: "token",
+            instance: "web-1",
+            lease_ms,
+        }
+    }
+
+    #[tokio::test]
+    async fn on_tokio_clock_counts_from_its_start_and_expires_leases_by_it() {
+        let store = MemoryStore::new().migrated().on_tokio_clock(1_000);
+        let start = store.now();
+        assert!((1_000..61_000).contains(&start), "{start}");
+        assert_eq!(store.now_ms().await.unwrap(), store.now());
+        assert_eq!(store.claim(request("a", 30)).await.unwrap(), Some(1));
+        let row = store.row("a").unwrap();
+        assert!(row.expires_at_ms >= start + 30, "{row:?}");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert!(store.now() >= start + 80);
+        assert_eq!(
+            store.verify("a", "token").await.unwrap(),
+            None,
+            "expired by the store's clock"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_planted_row_is_what_the_statements_find() {
+        let store = MemoryStore::new().migrated();
+        let now = store.now();
+        store.set_row(
+            "job",
+            Row {
+                term: 3,
+                slot_ms: now - 60_000,
+                unfinished_slot_ms: now - 60_000,
+                ..Row::default()
+            },
+        );
+        let found = store.find_unfinished(&["job"]).await.unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].term, found[0].slot_ms), (3, now - 60_000));
+        assert!(store.claim_rerun(request("job", 15_000), 3).await.unwrap());
+        let row = store.row("job").unwrap();
+        assert_eq!((row.term, row.rerun_slot_ms), (4, now - 60_000));
+        assert_eq!(
+            (row.holder.as_str(), row.instance.as_str()),
+            ("token", "web-1")
+        );
+        assert_eq!(store.row("other"), None);
+    }
+
+    #[tokio::test]
+    async fn without_migrate_statements_fail_as_on_a_missing_table() {
+        let store = MemoryStore::new();
+        let err = store.last_slot("job").await.unwrap_err();
+        assert_eq!(store.classify(&*err), DbErrorKind::MissingTable);
+        assert_eq!(
+            MemoryStore::new()
+                .migrated()
+                .last_slot("job")
+                .await
+                .unwrap(),
+            None
+        );
     }
 }

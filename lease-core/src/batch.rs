@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
 
 use crate::error::BoxError;
@@ -101,8 +101,9 @@ struct Request {
 
 /// The queue of a coordinator's batched renewals, and the task that sends
 /// the batches. Dropped with the coordinator's last reference (every handle
-/// holds one, so no renewal is waiting then), it ends the task; batches in
-/// flight still answer.
+/// holds one, so no renewal is waiting then), it ends the task, and with it
+/// the batches still in flight: the task owns them, and no one is left to
+/// read their answers.
 pub(crate) struct Batcher {
     queue: mpsc::UnboundedSender<Request>,
     task: JoinHandle<()>,
@@ -179,6 +180,8 @@ async fn send_batches(
 ) {
     let max = config.max_batch.max(1);
     let slots = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
+    // The batches in flight, owned by this task: aborted with it.
+    let mut in_flight = JoinSet::new();
     let mut open = true;
     let mut batch: Vec<Request> = Vec::new();
     loop {
@@ -233,7 +236,9 @@ async fn send_batches(
             continue;
         }
         let batch = std::mem::take(&mut batch);
-        tokio::spawn(send(store.clone(), lease_ms, config.bound, batch, permit));
+        // Forget the batches that have answered (they freed their slots).
+        while in_flight.try_join_next().is_some() {}
+        let _ = in_flight.spawn(send(store.clone(), lease_ms, config.bound, batch, permit));
     }
 }
 
@@ -498,6 +503,44 @@ mod tests {
         ha.stop().await;
         hb.stop().await;
         assert_eq!(store.batches()[0], 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_in_flight_ends_with_the_batcher() {
+        // The batch never answers; its bound is 10 s.
+        let store = ScriptedStore::new([Step::Hang]);
+        let shared: Arc<dyn LeaseStore> = Arc::new(store.clone());
+        let batcher = Batcher::start(
+            shared.clone(),
+            1_000,
+            Config {
+                window: ms(50),
+                bound: ms(10_000),
+                max_batch: 4,
+                max_in_flight: 4,
+            },
+        );
+        let (reply, answer) = oneshot::channel();
+        let queued = batcher.queue.send(Request {
+            name: Arc::from("a"),
+            holder: Arc::from("holder"),
+            queued: Instant::now(),
+            reply,
+        });
+        assert!(queued.is_ok());
+        sleep(ms(100)).await;
+        assert_eq!(store.batches(), [1], "the batch is in flight");
+        drop(batcher);
+        let answer = tokio::time::timeout(ms(1_000), answer).await;
+        assert!(
+            matches!(answer, Ok(Err(_))),
+            "the batch in flight ended with the batcher, long before its bound"
+        );
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "neither the batcher's task nor its batch holds the store"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -28,21 +28,20 @@ pub(crate) fn jitter(max: Duration) -> Duration {
 /// Gives `handle`'s name back on a task of its own, bounded by
 /// [`RELEASE_TIMEOUT`], and waits for it: dropping the caller's future does
 /// not cut the release. A failed release is logged as a warning; the lease
-/// then runs out by itself. Returns whether the name was given back.
-pub(crate) async fn release_detached(handle: &Handle) -> bool {
+/// then runs out by itself.
+pub(crate) async fn release_detached(handle: &Handle) {
     let handle = handle.clone();
     let span = tracing::Span::current();
     let task = tokio::spawn(
         async move {
             match tokio::time::timeout(RELEASE_TIMEOUT, handle.release()).await {
-                Ok(Ok(())) => true,
+                Ok(Ok(())) => {}
                 Ok(Err(e)) if e.is_lost() => {
                     tracing::warn!(
                         name = ?handle.name(),
                         term = handle.term(),
                         "the name was already gone when it was given back"
                     );
-                    false
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(
@@ -51,7 +50,6 @@ pub(crate) async fn release_detached(handle: &Handle) -> bool {
                         error = %Chain(&e),
                         "could not give the name back; it runs out by itself"
                     );
-                    false
                 }
                 Err(_) => {
                     tracing::warn!(
@@ -60,13 +58,14 @@ pub(crate) async fn release_detached(handle: &Handle) -> bool {
                         after = ?RELEASE_TIMEOUT,
                         "giving the name back got no answer; it runs out by itself"
                     );
-                    false
                 }
             }
         }
         .instrument(span),
     );
-    task.await.unwrap_or(false)
+    // The task only logs; a panic in it (or a runtime shutting down) leaves
+    // the lease to run out by itself, like a failed release.
+    let _ = task.await;
 }
 
 #[cfg(test)]

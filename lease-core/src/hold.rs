@@ -343,6 +343,10 @@ fn give_back(ctx: &LeaseContext, last_answered: Instant) {
             sleep_until((start + timings.retry_interval()).min(until)).await;
         }
     };
+    // Detached on purpose: the release must outlive the holder and its
+    // renewals (it starts after them), and it holds the coordinator through
+    // the handle, so nothing that could own it outlives it. It ends by
+    // itself at `until`.
     drop(tokio::spawn(task.instrument(ctx.span().clone())));
 }
 

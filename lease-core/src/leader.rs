@@ -455,7 +455,7 @@ impl Leader {
     }
 
     fn publish(&self, status: Leadership) {
-        self.status.send_if_modified(|current| {
+        let _ = self.status.send_if_modified(|current| {
             let changed = *current != status;
             *current = status;
             changed
@@ -521,7 +521,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_follower_asks_every_five_to_six_seconds_and_names_the_leader() {
         let table = Arc::new(MemTable::new());
-        table.steal("leader:billing", "b", 3_600_000);
+        let _ = table.steal("leader:billing", "b", 3_600_000);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
         let leader = replica(&table, "a")
@@ -610,7 +610,7 @@ mod tests {
         status.changed().await.unwrap();
         assert!(status.borrow().is_leading());
         sleep(Duration::from_secs(3)).await;
-        table.steal("leader:billing", "b", 3_600_000);
+        let _ = table.steal("leader:billing", "b", 3_600_000);
         // The next renewal (at most 2 s on) finds it gone.
         sleep(Duration::from_secs(3)).await;
         assert!(!status.borrow().is_leading(), "{:?}", *status.borrow());

@@ -523,13 +523,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn held_lock_is_refused_at_once_saying_who_holds_it() {
         let (table, leases) = setup();
-        table.steal("lock:report", "web-2", 15_000);
+        let _ = table.steal("lock:report", "web-2", 15_000);
         let ran = AtomicUsize::new(0);
         let started = Instant::now();
         let err = leases
             .lock("report")
             .try_run(|_| {
-                ran.fetch_add(1, Ordering::SeqCst);
+                let _ = ran.fetch_add(1, Ordering::SeqCst);
                 async {}
             })
             .await
@@ -554,7 +554,7 @@ mod tests {
             .lock("report")
             .try_run(|ctx| async move {
                 sleep(Duration::from_secs(1)).await;
-                t.steal("lock:report", "web-2", 15_000);
+                let _ = t.steal("lock:report", "web-2", 15_000);
                 ctx.cancelled().await; // the next renewal finds it gone
                 Ok::<u32, String>(7)
             })
@@ -581,7 +581,7 @@ mod tests {
         let err = leases
             .lock("report")
             .try_run(|_| async move {
-                t.steal("lock:report", "web-2", 15_000);
+                let _ = t.steal("lock:report", "web-2", 15_000);
                 sleep(Duration::from_secs(3600)).await;
             })
             .await
@@ -661,7 +661,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_within_retries_at_the_retry_interval_with_jitter_then_gives_up() {
         let (table, leases) = setup();
-        table.steal("lock:report", "web-2", 60_000);
+        let _ = table.steal("lock:report", "web-2", 60_000);
         let started = Instant::now();
         let err = leases
             .lock("report")
@@ -735,13 +735,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn cancelling_stops_the_wait() {
         let (table, leases) = setup();
-        table.steal("lock:report", "web-2", 600_000);
+        let _ = table.steal("lock:report", "web-2", 600_000);
         let token = CancellationToken::new();
         let cancel = token.clone();
-        tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             sleep(Duration::from_secs(5)).await;
             cancel.cancel();
-        });
+        }));
         let started = Instant::now();
         let err = leases
             .lock("report")
@@ -787,7 +787,7 @@ mod tests {
                 leases
                     .lock("report")
                     .try_run(move |_| async move {
-                        ran.fetch_add(1, Ordering::SeqCst);
+                        let _ = ran.fetch_add(1, Ordering::SeqCst);
                         sleep(Duration::from_secs(1)).await;
                     })
                     .await

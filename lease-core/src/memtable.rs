@@ -138,7 +138,7 @@ impl LeaseStore for MemTable {
                         term: 1,
                         expires_at_ms: now + lease_ms,
                     };
-                    state.rows.insert(name.to_owned(), row);
+                    let _ = state.rows.insert(name.to_owned(), row);
                     Some(1)
                 }
                 Some(row) if row.expires_at_ms <= now => {

@@ -153,7 +153,7 @@ mod tests {
             assert!(leases.claim("lock:a").await.unwrap().is_none());
             let holder = h.hold(&CancellationToken::new());
             sleep(Duration::from_millis(4_100)).await; // two renewals
-            table.steal("lock:a", "thief", 15_000);
+            let _ = table.steal("lock:a", "thief", 15_000);
             sleep(Duration::from_secs(3)).await; // the next one finds it gone
             assert!(h.lost());
             holder.stop().await;
@@ -188,7 +188,7 @@ mod tests {
         let rec = recorded(|table| async move {
             let leases = Leases::from_arc(table.clone()).with_instance("me");
             leases.lock("a").try_run(|_| async {}).await.unwrap();
-            table.steal("lock:b", "other", 15_000);
+            let _ = table.steal("lock:b", "other", 15_000);
             assert!(leases.lock("b").try_run(|_| async {}).await.is_err());
             let shutdown = CancellationToken::new();
             let stop = shutdown.clone();

@@ -386,10 +386,10 @@ mod tests {
         let parent = CancellationToken::new();
         let holder = handle.hold(&parent);
         let shutdown = parent.clone();
-        tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             sleep(ms(50)).await;
             shutdown.cancel();
-        });
+        }));
         let out = run(holder.context(), |ctx| async move {
             ctx.cancelled().await;
             // A long wind-down: a hundred times the grace.

@@ -106,7 +106,10 @@ impl Leases {
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
-    pub async fn unfinished_slots<S: AsRef<str>>(&self, names: &[S]) -> Result<Vec<Unfinished>> {
+    pub async fn unfinished_slots<S: AsRef<str> + Sync>(
+        &self,
+        names: &[S],
+    ) -> Result<Vec<Unfinished>> {
         let mut seen = HashSet::with_capacity(names.len());
         let mut unique = Vec::with_capacity(names.len());
         for name in names {

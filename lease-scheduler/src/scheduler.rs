@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    CancellationToken, Error as LeaseError, Handle, Leases, MAX_NAME_BYTES, Unfinished, UtcMillis,
+    CancellationToken, Chain, Error as LeaseError, Handle, Leases, MAX_NAME_BYTES, Unfinished,
+    UtcMillis,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -983,19 +984,4 @@ fn jitter(max: Duration) -> Duration {
     }
     let r = getrandom::u64().unwrap_or(max_us / 2);
     Duration::from_micros(r % (max_us + 1))
-}
-
-/// An error and its sources, on one line.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(s) = source {
-            write!(f, ": {s}")?;
-            source = s.source();
-        }
-        Ok(())
-    }
 }

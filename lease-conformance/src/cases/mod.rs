@@ -26,7 +26,7 @@ pub use rerun::*;
 pub use slot::*;
 pub use verify::*;
 
-use lease_core::{Error, Handle, Leases, Result, UtcMillis};
+use lease_core::{Chain, Error, Handle, Leases, Result, UtcMillis};
 
 /// Unwraps a result the case needs, or fails naming the step.
 #[track_caller]
@@ -37,21 +37,13 @@ pub(crate) fn ok<T>(result: Result<T>, step: &str) -> T {
     }
 }
 
-/// The `source()` chain of an error, for failure messages.
+/// The causes of an error (its `source()` chain, through [`Chain`]), for
+/// failure messages that print the error itself beside them.
 pub(crate) fn source_chain(e: &Error) -> String {
-    let mut out = String::new();
-    let mut cur = std::error::Error::source(e);
-    while let Some(s) = cur {
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&s.to_string());
-        cur = s.source();
+    match std::error::Error::source(e) {
+        Some(cause) => Chain(cause).to_string(),
+        None => "no further cause".to_owned(),
     }
-    if out.is_empty() {
-        out.push_str("no further cause");
-    }
-    out
 }
 
 /// Claims `name`, which must be free.

@@ -3,42 +3,21 @@
 //! statements, and a tracing subscriber that keeps every event.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lease_conformance::reference::MemoryStore;
+pub use lease_conformance::reference::Row;
 use lease_core::{
-    BoxError, ClaimRequest, Finished, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, Finished, ForwardingStore, LeaseStore, SlotClaim,
+    UnfinishedRow,
 };
-use tokio::time::Instant;
 
 /// 2025-12-01T10:00:00Z: where the store's clock starts.
 pub const T0: i64 = 1_764_583_200_000;
-
-/// A row of the lease table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Row {
-    pub holder: String,
-    pub instance: String,
-    pub term: u64,
-    pub expires_at_ms: i64,
-    pub slot_ms: i64,
-    pub unfinished_slot_ms: i64,
-    pub rerun_slot_ms: i64,
-}
-
-impl Row {
-    fn record(&self) -> SlotRecord {
-        SlotRecord {
-            slot_ms: self.slot_ms,
-            unfinished_slot_ms: self.unfinished_slot_ms,
-            rerun_slot_ms: self.rerun_slot_ms,
-        }
-    }
-}
 
 /// A statement the store answered (or failed).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,31 +57,31 @@ pub enum Call {
 
 #[derive(Debug, Default)]
 struct State {
-    rows: HashMap<String, Row>,
     calls: Vec<Call>,
     failing_claims: u32,
     lost_names: Vec<String>,
 }
 
-/// The protocol in memory, on Tokio's clock: `T0` plus the time elapsed
-/// since the store was made.
+/// The reference store on Tokio's clock (`T0` plus the time elapsed since
+/// the store was made), with faults to inject and a record of the
+/// scheduler's statements.
 #[derive(Debug, Clone)]
 pub struct TestStore {
-    start: Instant,
+    inner: Arc<MemoryStore>,
     state: Arc<Mutex<State>>,
 }
 
 impl TestStore {
     pub fn new() -> Self {
         TestStore {
-            start: Instant::now(),
+            inner: Arc::new(MemoryStore::new().migrated().on_tokio_clock(T0)),
             state: Arc::default(),
         }
     }
 
     /// The store's now, in UTC ms.
     pub fn now(&self) -> i64 {
-        T0 + i64::try_from(self.start.elapsed().as_millis()).unwrap()
+        self.inner.now()
     }
 
     /// The next `n` instant claims fail as if the database did not answer.
@@ -121,11 +100,11 @@ impl TestStore {
     }
 
     pub fn row(&self, name: &str) -> Option<Row> {
-        self.state.lock().unwrap().rows.get(name).cloned()
+        self.inner.row(name)
     }
 
     pub fn set_row(&self, name: &str, row: Row) {
-        let _ = self.state.lock().unwrap().rows.insert(name.to_owned(), row);
+        self.inner.set_row(name, row);
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -137,19 +116,6 @@ impl TestStore {
     }
 }
 
-fn info(name: &str, r: &Row, now: i64) -> lease_core::LeaseInfo {
-    lease_core::LeaseInfo {
-        name: name.to_owned(),
-        instance: r.instance.clone(),
-        term: r.term,
-        expires_at_ms: r.expires_at_ms,
-        now_ms: now,
-        slot_ms: r.slot_ms,
-        unfinished_slot_ms: r.unfinished_slot_ms,
-        rerun_slot_ms: r.rerun_slot_ms,
-    }
-}
-
 fn io_error(what: &str) -> BoxError {
     Box::new(std::io::Error::new(
         std::io::ErrorKind::ConnectionRefused,
@@ -158,25 +124,9 @@ fn io_error(what: &str) -> BoxError {
 }
 
 #[async_trait]
-impl LeaseStore for TestStore {
-    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        let ClaimRequest {
-            name,
-            holder,
-            instance,
-            lease_ms,
-        } = claim;
-        let now = self.now();
-        let mut s = self.state.lock().unwrap();
-        let row = s.rows.entry(name.to_owned()).or_default();
-        if row.term > 0 && row.expires_at_ms > now {
-            return Ok(None);
-        }
-        row.holder = holder.to_owned();
-        row.instance = instance.to_owned();
-        row.term += 1;
-        row.expires_at_ms = now + lease_ms;
-        Ok(Some(row.term))
+impl ForwardingStore for TestStore {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
     }
 
     async fn renew(
@@ -185,21 +135,21 @@ impl LeaseStore for TestStore {
         holder: &str,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
-        let now = self.now();
-        let mut s = self.state.lock().unwrap();
-        if s.lost_names.iter().any(|n| n == name) {
+        if self
+            .state
+            .lock()
+            .unwrap()
+            .lost_names
+            .iter()
+            .any(|n| n == name)
+        {
             return Ok(None);
         }
-        match s.rows.get_mut(name) {
-            Some(row) if row.holder == holder && row.expires_at_ms > now => {
-                row.expires_at_ms = now + lease_ms;
-                Ok(Some(now))
-            }
-            _ => Ok(None),
-        }
+        self.inner.renew(name, holder, lease_ms).await
     }
 
-    /// One renewal after the other: this store has no batch statement.
+    /// One renewal after the other, each through `renew` above (so a lost
+    /// name is lost in a batch too).
     async fn renew_many(
         &self,
         leases: &[(&str, &str)],
@@ -208,26 +158,8 @@ impl LeaseStore for TestStore {
         lease_core::renew_each(self, leases, lease_ms).await
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        let now = self.now();
-        let s = self.state.lock().unwrap();
-        Ok(s.rows
-            .get(name)
-            .filter(|r| r.holder == holder && r.expires_at_ms > now)
-            .map(|r| r.term))
-    }
-
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        let released = {
-            let mut s = self.state.lock().unwrap();
-            match s.rows.get_mut(name) {
-                Some(row) if row.holder == holder => {
-                    row.expires_at_ms = 0;
-                    true
-                }
-                _ => false,
-            }
-        };
+        let released = self.inner.release(name, holder).await?;
         self.record(Call::Release {
             name: name.to_owned(),
             released,
@@ -240,63 +172,24 @@ impl LeaseStore for TestStore {
         claim: ClaimRequest<'_>,
         slot_ms: i64,
     ) -> Result<SlotClaim, BoxError> {
-        let ClaimRequest {
-            name,
-            holder,
-            instance,
-            lease_ms,
-        } = claim;
-        let now = self.now();
-        let outcome = {
+        let (name, at) = (claim.name, self.now());
+        {
             let mut s = self.state.lock().unwrap();
             if s.failing_claims > 0 {
                 s.failing_claims -= 1;
                 s.calls.push(Call::ClaimSlotFailed {
                     name: name.to_owned(),
                     slot: slot_ms,
-                    at: now,
+                    at,
                 });
                 return Err(io_error("connection refused"));
             }
-            match s.rows.get_mut(name) {
-                None => {
-                    let _ = s.rows.insert(
-                        name.to_owned(),
-                        Row {
-                            holder: holder.to_owned(),
-                            instance: instance.to_owned(),
-                            term: 1,
-                            expires_at_ms: now + lease_ms,
-                            slot_ms,
-                            unfinished_slot_ms: slot_ms,
-                            rerun_slot_ms: 0,
-                        },
-                    );
-                    SlotClaim::Claimed {
-                        term: 1,
-                        superseded: None,
-                    }
-                }
-                Some(row) if row.record().claimable(row.expires_at_ms <= now, slot_ms) => {
-                    let superseded = row.record().superseded();
-                    row.holder = holder.to_owned();
-                    row.instance = instance.to_owned();
-                    row.term += 1;
-                    row.expires_at_ms = now + lease_ms;
-                    row.slot_ms = slot_ms;
-                    row.unfinished_slot_ms = slot_ms;
-                    SlotClaim::Claimed {
-                        term: row.term,
-                        superseded,
-                    }
-                }
-                Some(_) => SlotClaim::Refused,
-            }
-        };
+        }
+        let outcome = self.inner.claim_slot(claim, slot_ms).await?;
         self.record(Call::ClaimSlot {
             name: name.to_owned(),
             slot: slot_ms,
-            at: now,
+            at,
             claimed: matches!(outcome, SlotClaim::Claimed { .. }),
         });
         Ok(outcome)
@@ -309,25 +202,7 @@ impl LeaseStore for TestStore {
         slot_ms: i64,
         passed_ms: i64,
     ) -> Result<Finished, BoxError> {
-        let now = self.now();
-        let outcome = {
-            let mut s = self.state.lock().unwrap();
-            match s.rows.get_mut(name) {
-                Some(row) if holder.is_some_and(|h| h == row.holder) => {
-                    row.expires_at_ms = 0;
-                    row.unfinished_slot_ms = 0;
-                    if passed_ms > row.slot_ms && passed_ms <= now {
-                        row.slot_ms = passed_ms;
-                    }
-                    Finished::Released
-                }
-                Some(row) if row.unfinished_slot_ms == slot_ms => {
-                    row.unfinished_slot_ms = 0;
-                    Finished::RecordedWithoutLease
-                }
-                _ => Finished::NotRecorded,
-            }
-        };
+        let outcome = self.inner.finish(name, holder, slot_ms, passed_ms).await?;
         self.record(Call::Finish {
             name: name.to_owned(),
             slot: slot_ms,
@@ -338,55 +213,15 @@ impl LeaseStore for TestStore {
     }
 
     async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        let now = self.now();
-        let found = {
-            let s = self.state.lock().unwrap();
-            names
-                .iter()
-                .filter_map(|n| s.rows.get(*n).map(|r| (*n, r)))
-                .filter(|(_, r)| {
-                    r.unfinished_slot_ms == r.slot_ms
-                        && r.rerun_slot_ms < r.slot_ms
-                        && r.expires_at_ms <= now
-                })
-                .map(|(n, r)| UnfinishedRow {
-                    name: n.to_owned(),
-                    term: r.term,
-                    slot_ms: r.slot_ms,
-                })
-                .collect()
-        };
-        self.record(Call::FindUnfinished { at: now });
+        let at = self.now();
+        let found = self.inner.find_unfinished(names).await?;
+        self.record(Call::FindUnfinished { at });
         Ok(found)
     }
 
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        let ClaimRequest {
-            name,
-            holder,
-            instance,
-            lease_ms,
-        } = claim;
-        let now = self.now();
-        let claimed = {
-            let mut s = self.state.lock().unwrap();
-            match s.rows.get_mut(name) {
-                Some(row)
-                    if row.term == term
-                        && row.unfinished_slot_ms == row.slot_ms
-                        && row.rerun_slot_ms < row.slot_ms
-                        && row.expires_at_ms <= now =>
-                {
-                    row.holder = holder.to_owned();
-                    row.instance = instance.to_owned();
-                    row.term += 1;
-                    row.expires_at_ms = now + lease_ms;
-                    row.rerun_slot_ms = row.slot_ms;
-                    true
-                }
-                _ => false,
-            }
-        };
+        let name = claim.name;
+        let claimed = self.inner.claim_rerun(claim, term).await?;
         self.record(Call::ClaimRerun {
             name: name.to_owned(),
             claimed,
@@ -398,46 +233,16 @@ impl LeaseStore for TestStore {
         self.record(Call::LastSlot {
             name: name.to_owned(),
         });
-        let s = self.state.lock().unwrap();
-        Ok(s.rows.get(name).map(|r| r.slot_ms))
+        self.inner.last_slot(name).await
     }
 
-    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        let now = self.now();
-        let mut s = self.state.lock().unwrap();
-        Ok(match s.rows.get_mut(name) {
-            Some(r) if r.term == term && r.expires_at_ms > now => {
-                r.expires_at_ms = 0;
-                true
-            }
-            _ => false,
-        })
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<lease_core::LeaseInfo>, BoxError> {
-        let now = self.now();
-        let s = self.state.lock().unwrap();
-        Ok(s.rows.get(name).map(|r| info(name, r, now)))
-    }
-
-    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<lease_core::LeaseInfo>, BoxError> {
-        let now = self.now();
-        let s = self.state.lock().unwrap();
-        let mut names: Vec<&String> = s.rows.keys().filter(|n| n.starts_with(prefix)).collect();
-        names.sort();
-        Ok(names
-            .into_iter()
-            .take(limit as usize)
-            .map(|n| info(n, &s.rows[n], now))
-            .collect())
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        Ok(self.now())
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        Ok(())
+    /// The injected failures are a database that did not answer (retryable);
+    /// the rest is the reference store's to classify.
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
+        match error.downcast_ref::<std::io::Error>() {
+            Some(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => DbErrorKind::Connection,
+            _ => self.inner.classify(error),
+        }
     }
 }
 
