@@ -15,7 +15,7 @@ use super::cell::cell;
 use super::table::Row;
 use super::target::Target;
 use super::{BoxError, BoxResult};
-use crate::stats::Summary;
+use crate::stats::{Summary, ratio};
 
 /// `Lock::try_run` of an empty body on a lock of each worker's own:
 /// claim, the renewal task started and stopped, release.
@@ -42,7 +42,7 @@ pub(crate) async fn lock_try_run(
         lease: Some(lease),
         hand: hand_claim_release,
         select1,
-        note: "",
+        note: String::new(),
     }
 }
 
@@ -68,12 +68,12 @@ pub(crate) async fn leader_handover(
     }
     let lease = Summary::of(samples, 0, started.elapsed());
     Ok(Row {
-        op: format!("leader hand-over ²"),
+        op: "leader hand-over ²".to_owned(),
         c: 1,
         lease: Some(lease),
         hand: hand_claim_release,
         select1,
-        note: "latency only",
+        note: "latency only".to_owned(),
     })
 }
 
@@ -86,13 +86,18 @@ pub(crate) async fn leader_failover(target: &Arc<Target>, select1: Summary) -> B
     let started = Instant::now();
     let sample = handover(&target.leases, true).await?;
     let lease = Summary::of(vec![sample], 0, started.elapsed());
+    let floor = target.leases.timings().lease();
     Ok(Row {
         op: "leader failover, crash ³".to_owned(),
         c: 1,
         lease: Some(lease),
         hand: None,
         select1,
-        note: "floor: the lease",
+        note: format!(
+            "{} the {} s lease",
+            ratio(sample.as_secs_f64(), floor.as_secs_f64()),
+            floor.as_secs()
+        ),
     })
 }
 
@@ -174,6 +179,6 @@ pub(crate) async fn scheduler_rounds(
         lease: Some(lease),
         hand: hand_instant,
         select1,
-        note: "rate set by the jobs",
+        note: "rate set by the jobs".to_owned(),
     })
 }

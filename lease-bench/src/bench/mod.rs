@@ -10,7 +10,13 @@
 //!
 //! With no URL it runs on an SQLite file in a temp dir. `--seconds N` sets
 //! how long each cell runs (default 2), `--concurrency 1,8,32` the
-//! concurrencies.
+//! concurrencies, `--label NAME` the heading of the next URL's table (e.g.
+//! `--label 'PostgreSQL via PgBouncer'`), `--batch N` the leases of one
+//! batch renewal (default 1,000; 0: no batch row), `--scheduler-jobs N`
+//! the scheduler row's jobs (default 200), `--no-capabilities` skips the
+//! lock, leader and scheduler rows, `--leader-crash` adds the leader's
+//! failover after a crash (a lease, 15 s, per backend). The tables are
+//! markdown; `lease-bench/record.sh` makes the whole record with it.
 //!
 //! For each backend and concurrency it measures, each over the same time:
 //!
@@ -23,8 +29,24 @@
 //! - the **hand-written SQL** of the same operation: the specification's
 //!   statements written plainly, one per protocol statement (the unguarded
 //!   transaction: `BEGIN`, the same `UPDATE`, `COMMIT`), on the store's own
-//!   pool;
-//! - **`SELECT 1`** on the same pool.
+//!   pool; on PostgreSQL with `statement_mode=unnamed` in the URL (behind
+//!   PgBouncer in transaction pooling mode) they go unnamed too
+//!   (`query_typed`), as the store's do;
+//! - **`SELECT 1`** on the same pool;
+//! - the **capabilities**, beside the floor they build on: `Lock::try_run`
+//!   of an empty body (beside the hand-written claim + release, at each
+//!   concurrency); at concurrency 1, the leader's hand-over (`Leader::run`:
+//!   from the leader stepping down to the follower, campaigning every
+//!   10 ms, leading; beside the hand-written claim + release) and, with
+//!   `--leader-crash`, its failover after a crash (beside the lease, its
+//!   floor by the protocol); the scheduler's rounds (`--scheduler-jobs`
+//!   jobs `@every 1s`, beside the hand-written instant claim + finish);
+//! - at concurrency 1, a **batch renewal**: `LeaseStore::renew_many` of
+//!   `--batch` held leases per call, beside the same batch statement by
+//!   hand (PostgreSQL's `UPDATE ... FROM unnest(..) RETURNING`, SQLite's
+//!   `UPDATE ... WHERE (name, holder) IN (VALUES ..) RETURNING`, MariaDB's
+//!   `UPDATE` and read in one transaction); latency per call, ops/s in
+//!   leases renewed per second.
 //!
 //! SQLite's store runs on one connection of its own, which nothing outside
 //! it can reach: its floor runs on a second connection to the same file,

@@ -9,7 +9,7 @@ pub(crate) struct Row {
     pub(crate) lease: Option<Summary>,
     pub(crate) hand: Option<Summary>,
     pub(crate) select1: Summary,
-    pub(crate) note: &'static str,
+    pub(crate) note: String,
 }
 
 fn fmt_summary(s: Option<&Summary>) -> String {
@@ -47,10 +47,10 @@ pub(crate) fn print_rows(rows: &[Row]) {
                 if r.note.is_empty() {
                     ratio(l.throughput, h.throughput)
                 } else {
-                    r.note.to_owned()
+                    r.note.clone()
                 },
             ),
-            _ => ("-".to_owned(), "-".to_owned(), r.note.to_owned()),
+            _ => ("-".to_owned(), "-".to_owned(), r.note.clone()),
         };
         println!(
             "| {:<26} | {:>2} | {} | {} | {} | {:>17} | {:>20} |",
