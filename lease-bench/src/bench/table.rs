@@ -125,3 +125,52 @@ pub(crate) fn sort_rows(rows: &mut [Row]) {
     };
     rows.sort_by_key(|r| (order(&r.op), r.c));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn row(op: &str, c: usize) -> Row {
+        let s = Summary::of(vec![Duration::from_millis(1)], 0, Duration::from_secs(1));
+        Row {
+            op: op.to_owned(),
+            c,
+            lease: Some(s),
+            hand: Some(s),
+            select1: s,
+            note: String::new(),
+        }
+    }
+
+    /// Rows sort by operation in the documented order, then concurrency;
+    /// a row whose name starts like another (`renew_many` and `renew`)
+    /// goes by the longest name it starts with.
+    #[test]
+    fn rows_sort_by_operation_then_concurrency() {
+        let mut rows = vec![
+            row("scheduler, 200 jobs/s ⁴", 1),
+            row("renew_many, 1000/call ¹", 1),
+            row("renew", 8),
+            row("lock try_run, empty body", 1),
+            row("claim + release", 8),
+            row("renew", 1),
+            row("claim + release", 1),
+        ];
+        sort_rows(&mut rows);
+        let order: Vec<(&str, usize)> = rows.iter().map(|r| (r.op.as_str(), r.c)).collect();
+        assert_eq!(
+            order,
+            vec![
+                ("claim + release", 1),
+                ("claim + release", 8),
+                ("renew", 1),
+                ("renew", 8),
+                ("lock try_run, empty body", 1),
+                ("renew_many, 1000/call ¹", 1),
+                ("scheduler, 200 jobs/s ⁴", 1),
+            ]
+        );
+    }
+}

@@ -509,3 +509,58 @@ impl Target {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written batch renewal on SQLite renews exactly the pairs
+    /// still held (the placeholders of every pair in order), as the store's
+    /// `renew_many` must, on a connection as the floor runs it.
+    #[tokio::test]
+    async fn the_hand_batch_renewal_renews_the_pairs_held() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE {TABLE} (name TEXT PRIMARY KEY, holder TEXT NOT NULL, \
+             expires_at_ms INTEGER NOT NULL)"
+        ))
+        .unwrap();
+        for (name, holder, expires) in [("a", "h", i64::MAX), ("b", "h", i64::MAX), ("c", "h", 0)] {
+            conn.execute(
+                &format!("INSERT INTO {TABLE} VALUES (?1, ?2, ?3)"),
+                rusqlite::params![name, holder, expires],
+            )
+            .unwrap();
+        }
+        let raw = Raw::Sqlite(Arc::new(Mutex::new(conn)));
+        let batch = |pairs: &[(&str, &str)]| {
+            Arc::new(
+                pairs
+                    .iter()
+                    .map(|(n, h)| ((*n).to_owned(), (*h).to_owned()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // a and b held; b by another holder in the batch; c expired; d absent.
+        let renewed = raw
+            .renew_many(
+                Backend::Sqlite,
+                batch(&[("a", "h"), ("b", "x"), ("c", "h"), ("d", "h"), ("b", "h")]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(renewed, 2, "a and b by their holder, nothing else");
+    }
+
+    /// MySQL binds positionally: the names once, then the pairs, in the
+    /// update and in the read alike.
+    #[test]
+    fn the_hand_batch_renewal_binds_three_values_a_lease_on_mysql() {
+        let (update, read) = Sql::renew_many(Backend::MySql, 5);
+        assert_eq!(update.matches('?').count(), 15);
+        assert_eq!(read.matches('?').count(), 15);
+        let (update, read) = Sql::renew_many(Backend::Postgres, 5);
+        assert!(update.contains("unnest($1::text[], $2::text[])"));
+        assert!(read.is_empty());
+    }
+}
