@@ -18,6 +18,8 @@
 //! - [`cpu`]: CPU time of a process, from `/proc`;
 //! - [`plant`]: stores and contenders broken on purpose, which the soak
 //!   must catch;
+//! - [`rounds`]: the scheduler's rounds under load (the `scheduler`
+//!   binary and the benchmark's scheduler row);
 //! - [`soak`]: the soak itself, contender and orchestrator (the `soak`
 //!   binary only calls [`soak::main`]);
 //! - [`url`]: which backend a URL names, and the same URL through a proxy.
@@ -29,6 +31,7 @@ pub mod cpu;
 pub mod history;
 pub mod json;
 pub mod plant;
+pub mod rounds;
 pub mod soak;
 pub mod stats;
 pub mod url;

@@ -62,8 +62,10 @@ impl fmt::Display for Latency {
             format!("{us:.0}us")
         } else if us < 100_000.0 {
             format!("{:.2}ms", us / 1_000.0)
-        } else {
+        } else if us < 10_000_000.0 {
             format!("{:.0}ms", us / 1_000.0)
+        } else {
+            format!("{:.2}s", us / 1e6)
         };
         match f.width() {
             Some(w) => write!(f, "{text:>w$}"),
@@ -115,6 +117,8 @@ mod tests {
         assert_eq!(Latency(Duration::from_micros(250)).to_string(), "250us");
         assert_eq!(Latency(Duration::from_micros(2_500)).to_string(), "2.50ms");
         assert_eq!(format!("{:>8}", Latency(ms(150))), "   150ms");
+        assert_eq!(Latency(ms(9_999)).to_string(), "9999ms");
+        assert_eq!(Latency(ms(14_949)).to_string(), "14.95s");
         assert_eq!(ratio(3.0, 2.0), "1.5x");
         assert_eq!(ratio(1.0, 0.0), "-");
     }

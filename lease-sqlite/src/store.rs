@@ -123,11 +123,11 @@ impl LeaseStore for SqliteStore {
         } = claim;
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.claim)?
-                .query_row(params![name, holder, instance, lease_ms], |row| {
-                    term_at(row, 0)
-                })
-                .optional()
+            returning(
+                &mut *conn.prepare_cached(&sql.claim)?,
+                params![name, holder, instance, lease_ms],
+                |row| term_at(row, 0),
+            )
         })
         .await
     }
@@ -140,9 +140,11 @@ impl LeaseStore for SqliteStore {
     ) -> Result<Option<i64>, BoxError> {
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.renew)?
-                .query_row(params![name, holder, lease_ms], |row| row.get(0))
-                .optional()
+            returning(
+                &mut *conn.prepare_cached(&sql.renew)?,
+                params![name, holder, lease_ms],
+                |row| row.get(0),
+            )
         })
         .await
     }
@@ -207,13 +209,11 @@ impl LeaseStore for SqliteStore {
     ) -> Result<Finished, BoxError> {
         let (name, holder) = (name.to_owned(), holder.map(str::to_owned));
         self.run(move |conn, sql| {
-            let released: Option<bool> = conn
-                .query_row(
-                    &sql.finish,
-                    params![name, holder, slot_ms, passed_ms],
-                    |row| row.get(0),
-                )
-                .optional()?;
+            let released: Option<bool> = returning(
+                &mut *conn.prepare_cached(&sql.finish)?,
+                params![name, holder, slot_ms, passed_ms],
+                |row| row.get(0),
+            )?;
             Ok(match released {
                 Some(true) => Finished::Released,
                 Some(false) => Finished::RecordedWithoutLease,
@@ -323,4 +323,28 @@ impl LeaseStore for SqliteStore {
     fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
         Some(Self::guard_statement(self))
     }
+}
+
+/// Runs a write whose `RETURNING` answers one row or none, and returns that
+/// row (through `read`), stepping the statement to its end.
+///
+/// Why to its end: SQLite runs its WAL hook, the automatic checkpoint, only
+/// when a statement's step returns `SQLITE_DONE`. `query_row` reads the
+/// row and resets the statement, which commits the write but skips the
+/// hook: with only such writes on the file (a holder renewing), the WAL was
+/// never checkpointed and grew without bound (tens of MB in seconds), every
+/// commit extending the file, and a renewal cost twice the same statement
+/// written by hand (issue 17).
+fn returning<T>(
+    stmt: &mut rusqlite::Statement<'_>,
+    params: impl rusqlite::Params,
+    read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Option<T>> {
+    let mut rows = stmt.query(params)?;
+    let first = match rows.next()? {
+        Some(row) => Some(read(row)?),
+        None => None,
+    };
+    while rows.next()?.is_some() {}
+    Ok(first)
 }

@@ -1329,3 +1329,45 @@ async fn a_batch_of_renewals_is_one_commit() {
         "one commit for the batch, not one per lease: {batched} frames"
     );
 }
+
+/// The log is checkpointed while renewals are the only writes: a write
+/// whose `RETURNING` row is read runs SQLite's automatic checkpoint only if
+/// the statement is stepped to its end. Read with `query_row` and reset,
+/// each renewal committed without it, and the log grew by a frame per
+/// renewal without bound (and every commit, extending the file, cost twice
+/// as much). 2,500 renewals would leave more than 2,500 frames; checkpointed
+/// at SQLite's 1,000-page threshold, the log is reused from its start and
+/// stays near that size.
+#[tokio::test]
+async fn the_log_is_checkpointed_while_only_renewals_write() {
+    let (_dir, path) = db_file();
+    let store = SqliteStoreBuilder::from_path(&path)
+        .with_synchronous(lease_sqlite::Synchronous::Normal)
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let names: Vec<String> = (0..32).map(|i| format!("renewed-{i}")).collect();
+    for name in &names {
+        let claim = ClaimRequest {
+            name,
+            holder: "h",
+            instance: "i",
+            lease_ms: LEASE_MS,
+        };
+        assert_eq!(store.claim(claim).await.unwrap(), Some(1));
+    }
+    let page: u32 = raw(&path)
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap();
+    let frame = u64::from(page) + 24;
+    let mut most = 0;
+    for i in 0..2_500 {
+        let name = &names[i % names.len()];
+        assert!(store.renew(name, "h", LEASE_MS).await.unwrap().is_some());
+        most = most.max(wal_bytes(&path) / frame);
+    }
+    assert!(
+        most <= 1_100,
+        "the log reached {most} frames over 2,500 renewals: it was not checkpointed"
+    );
+}

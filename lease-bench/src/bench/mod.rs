@@ -10,7 +10,13 @@
 //!
 //! With no URL it runs on an SQLite file in a temp dir. `--seconds N` sets
 //! how long each cell runs (default 2), `--concurrency 1,8,32` the
-//! concurrencies.
+//! concurrencies, `--label NAME` the heading of the next URL's table (e.g.
+//! `--label 'PostgreSQL via PgBouncer'`), `--batch N` the leases of one
+//! batch renewal (default 1,000; 0: no batch row), `--scheduler-jobs N`
+//! the scheduler row's jobs (default 200), `--no-capabilities` skips the
+//! lock, leader and scheduler rows, `--leader-crash` adds the leader's
+//! failover after a crash (a lease, 15 s, per backend). The tables are
+//! markdown; `lease-bench/record.sh` makes the whole record with it.
 //!
 //! For each backend and concurrency it measures, each over the same time:
 //!
@@ -23,8 +29,24 @@
 //! - the **hand-written SQL** of the same operation: the specification's
 //!   statements written plainly, one per protocol statement (the unguarded
 //!   transaction: `BEGIN`, the same `UPDATE`, `COMMIT`), on the store's own
-//!   pool;
-//! - **`SELECT 1`** on the same pool.
+//!   pool; on PostgreSQL with `statement_mode=unnamed` in the URL (behind
+//!   PgBouncer in transaction pooling mode) they go unnamed too
+//!   (`query_typed`), as the store's do;
+//! - **`SELECT 1`** on the same pool;
+//! - the **capabilities**, beside the floor they build on: `Lock::try_run`
+//!   of an empty body (beside the hand-written claim + release, at each
+//!   concurrency); at concurrency 1, the leader's hand-over (`Leader::run`:
+//!   from the leader stepping down to the follower, campaigning every
+//!   10 ms, leading; beside the hand-written claim + release) and, with
+//!   `--leader-crash`, its failover after a crash (beside the lease, its
+//!   floor by the protocol); the scheduler's rounds (`--scheduler-jobs`
+//!   jobs `@every 1s`, beside the hand-written instant claim + finish);
+//! - at concurrency 1, a **batch renewal**: `LeaseStore::renew_many` of
+//!   `--batch` held leases per call, beside the same batch statement by
+//!   hand (PostgreSQL's `UPDATE ... FROM unnest(..) RETURNING`, SQLite's
+//!   `UPDATE ... WHERE (name, holder) IN (VALUES ..) RETURNING`, MariaDB's
+//!   `UPDATE` and read in one transaction); latency per call, ops/s in
+//!   leases renewed per second.
 //!
 //! SQLite's store runs on one connection of its own, which nothing outside
 //! it can reach: its floor runs on a second connection to the same file,
@@ -37,6 +59,7 @@
     reason = "the benchmark prints its table, and its progress on stderr"
 )]
 
+mod capability;
 pub mod cell;
 mod ops;
 mod table;
@@ -47,7 +70,7 @@ use std::time::Duration;
 
 use dblease::sqlite::Synchronous;
 
-use ops::run_backend;
+use ops::{Extra, run_backend};
 use target::Target;
 
 /// What the benchmark's functions fail with.
@@ -68,8 +91,9 @@ pub(crate) const LEASE_MS: i64 = 15_000;
 pub(crate) const RENEW_ROWS: usize = 32;
 
 /// The command line.
-const USAGE: &str =
-    "usage: bench [--seconds N] [--concurrency 1,8,32] [--sqlite-synchronous full|normal] [URL...]";
+const USAGE: &str = "usage: bench [--seconds N] [--concurrency 1,8,32] \
+     [--sqlite-synchronous full|normal] [--batch N] [--scheduler-jobs N] [--no-capabilities] \
+     [--leader-crash] [[--label NAME] URL...]";
 
 /// The benchmark's `main`: exit status 0, or 1 on an error (2 without a
 /// runtime or with a command line it cannot read).
@@ -108,8 +132,19 @@ pub struct Options {
     pub cell: Duration,
     /// The concurrencies measured.
     pub concurrency: Vec<usize>,
-    /// The URLs, in order; none for an SQLite file in a temp dir.
-    pub urls: Vec<String>,
+    /// The URLs, in order, each with the label its table is headed with
+    /// (`--label` before it; the backend's name without); none for an
+    /// SQLite file in a temp dir.
+    pub urls: Vec<(String, Option<String>)>,
+    /// The leases of one `renew_many` call in the batch row; 0: no row.
+    pub batch: usize,
+    /// The scheduler row's jobs, each `@every 1s`.
+    pub scheduler_jobs: usize,
+    /// Whether to measure the lock, the leader and the scheduler.
+    pub capabilities: bool,
+    /// Whether to measure the leader's failover after a crash (a lease,
+    /// 15 s, per backend).
+    pub leader_crash: bool,
     /// SQLite's `synchronous` pragma, for the store and the floor.
     pub synchronous: Synchronous,
     /// `--help`: print the usage and do nothing.
@@ -127,6 +162,11 @@ pub fn parse_args(line: impl IntoIterator<Item = String>) -> BoxResult<Options> 
     let mut urls = Vec::new();
     let mut synchronous = Synchronous::Full;
     let mut help = false;
+    let mut batch = 1_000usize;
+    let mut scheduler_jobs = 200usize;
+    let mut capabilities = true;
+    let mut leader_crash = false;
+    let mut label = None;
     let mut it = line.into_iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -146,10 +186,18 @@ pub fn parse_args(line: impl IntoIterator<Item = String>) -> BoxResult<Options> 
                     other => return Err(format!("unknown synchronous {other}\n{USAGE}").into()),
                 };
             }
+            "--batch" => batch = it.next().ok_or(USAGE)?.parse()?,
+            "--scheduler-jobs" => scheduler_jobs = it.next().ok_or(USAGE)?.parse()?,
+            "--no-capabilities" => capabilities = false,
+            "--leader-crash" => leader_crash = true,
+            "--label" => label = Some(it.next().ok_or(USAGE)?),
             "-h" | "--help" => help = true,
             s if s.starts_with("--") => return Err(format!("unknown flag {s}\n{USAGE}").into()),
-            _ => urls.push(arg),
+            _ => urls.push((arg, label.take())),
         }
+    }
+    if label.is_some() {
+        return Err(format!("--label names the URL after it\n{USAGE}").into());
     }
     Ok(Options {
         cell: Duration::try_from_secs_f64(seconds)?,
@@ -157,6 +205,10 @@ pub fn parse_args(line: impl IntoIterator<Item = String>) -> BoxResult<Options> 
         urls,
         synchronous,
         help,
+        batch,
+        scheduler_jobs,
+        capabilities,
+        leader_crash,
     })
 }
 
@@ -168,7 +220,17 @@ async fn bench(options: Options) -> BoxResult<()> {
         mut urls,
         synchronous,
         help,
+        batch,
+        scheduler_jobs,
+        capabilities,
+        leader_crash,
     } = options;
+    let extra = Extra {
+        batch,
+        capabilities,
+        scheduler_jobs,
+        leader_crash,
+    };
     if help {
         println!("{USAGE}");
         return Ok(());
@@ -176,18 +238,18 @@ async fn bench(options: Options) -> BoxResult<()> {
     let seconds = cell.as_secs_f64();
     let dir = tempfile::tempdir()?;
     if urls.is_empty() {
-        urls.push(format!(
-            "sqlite://{}",
-            dir.path().join("bench.db").display()
+        urls.push((
+            format!("sqlite://{}", dir.path().join("bench.db").display()),
+            None,
         ));
     }
     println!(
-        "lease bench: {seconds} s per cell, concurrency {concurrency:?}; p50 / p99 latency and ops/s\n\
-         floors measured in the same run on the same pool: the operation's statements written by hand, and SELECT 1"
+        "lease bench: {seconds} s per cell, concurrency {concurrency:?}; p50 / p99 latency and ops/s.\n\
+         Floors measured in the same run on the same pool: the operation's statements written by hand, and SELECT 1."
     );
-    for url in &urls {
-        let target = Target::open(url, synchronous).await?;
-        run_backend(target, &concurrency, cell).await?;
+    for (url, label) in &urls {
+        let target = Target::open(url, label.as_deref(), synchronous).await?;
+        run_backend(target, &concurrency, cell, &extra).await?;
     }
     Ok(())
 }
@@ -205,8 +267,27 @@ mod tests {
         let o = args("--seconds 0.5 --concurrency 1,4 --sqlite-synchronous normal a b").unwrap();
         assert_eq!(o.cell, Duration::from_millis(500));
         assert_eq!(o.concurrency, vec![1, 4]);
-        assert_eq!(o.urls, vec!["a".to_owned(), "b".to_owned()]);
+        assert_eq!(o.urls, vec![("a".to_owned(), None), ("b".to_owned(), None)]);
         assert_eq!(o.synchronous, Synchronous::Normal);
+        assert_eq!((o.batch, o.scheduler_jobs), (1_000, 200));
+        assert!(o.capabilities && !o.leader_crash);
+        let o =
+            args("--batch 10 --scheduler-jobs 5 --no-capabilities --leader-crash a --label 'x' b")
+                .unwrap();
+        assert_eq!((o.batch, o.scheduler_jobs), (10, 5));
+        assert!(!o.capabilities && o.leader_crash);
+        assert_eq!(
+            o.urls,
+            vec![
+                ("a".to_owned(), None),
+                ("b".to_owned(), Some("'x'".to_owned()))
+            ]
+        );
+        assert!(
+            args("a --label x").is_err(),
+            "a label names the URL after it"
+        );
+        assert!(args("--batch").is_err());
         assert!(args("--sqlite-synchronous off").is_err());
         assert!(args("--concurrency 1,x").is_err());
         assert!(args("--nope").is_err());

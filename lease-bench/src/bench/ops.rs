@@ -6,36 +6,188 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dblease::{CancellationToken, LeaseContext, UtcMillis};
+use dblease::{CancellationToken, Handle, LeaseContext, UtcMillis};
 
+use super::capability;
 use super::cell::cell;
 use super::table::{Row, print_rows, sort_rows};
 use super::target::{Guard, Params, Target};
-use super::{BoxResult, RENEW_ROWS};
+use super::{BoxError, BoxResult, RENEW_ROWS};
 use crate::stats::Summary;
 
-/// One backend: every operation at every concurrency, then the table.
+/// One backend: every operation at every concurrency, the batch renewal
+/// and the capabilities, then the table (markdown, on stdout).
 pub(crate) async fn run_backend(
     target: Target,
     concurrency: &[usize],
     time: Duration,
+    extra: &Extra,
 ) -> BoxResult<()> {
     let target = Arc::new(target);
-    println!("\n## {} ({})\n", target.backend.label(), target.note);
+    println!("\n### {} ({})\n", target.label, target.note);
     let mut rows = Vec::new();
     let slots = Arc::new(AtomicI64::new(1));
+    // A warm-up, not measured: the first writes on a new SQLite file grow
+    // its log (each commit extending the file costs several times one that
+    // reuses it), and would land on whichever side ran first.
+    let warm = time.min(Duration::from_secs(1));
+    let select1_warm = select1(&target, 1, warm).await;
+    drop(claim_release(&target, 1, warm, select1_warm).await);
     for &c in concurrency {
         let select1 = select1(&target, c, time).await;
-        rows.push(claim_release(&target, c, time, select1).await);
+        let claims = claim_release(&target, c, time, select1).await;
+        let hand_claim = claims.hand;
+        rows.push(claims);
         rows.push(renew(&target, c, time, select1).await?);
         rows.push(contended(&target, c, time, select1).await);
-        rows.push(instant(&target, c, time, select1, &slots).await);
+        let instants = instant(&target, c, time, select1, &slots).await;
+        let hand_instant = instants.hand;
+        rows.push(instants);
         rows.push(guarded(&target, c, time, select1).await?);
+        if extra.capabilities {
+            rows.push(capability::lock_try_run(&target, c, time, select1, hand_claim).await);
+        }
+        if c == 1 {
+            if extra.batch > 0 {
+                rows.push(renew_many(&target, extra.batch, time, select1).await?);
+            }
+            if extra.capabilities {
+                rows.push(capability::leader_handover(&target, time, select1, hand_claim).await?);
+                if extra.leader_crash {
+                    rows.push(capability::leader_failover(&target, select1).await?);
+                }
+                rows.push(
+                    capability::scheduler_rounds(
+                        &target,
+                        extra.scheduler_jobs,
+                        time,
+                        select1,
+                        hand_instant,
+                    )
+                    .await?,
+                );
+            }
+        }
     }
     sort_rows(&mut rows);
     print_rows(&rows);
     target.cleanup().await;
     Ok(())
+}
+
+/// The rows beyond the single operations.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Extra {
+    /// The leases of one `renew_many` call; 0: no batch row.
+    pub(crate) batch: usize,
+    /// Whether to measure the lock, the leader and the scheduler.
+    pub(crate) capabilities: bool,
+    /// The scheduler's jobs, each `@every 1s`.
+    pub(crate) scheduler_jobs: usize,
+    /// Whether to measure the leader's failover after a crash (about a
+    /// lease, 15 s, per backend).
+    pub(crate) leader_crash: bool,
+}
+
+/// Claims `n` leases named `prefix:i`, 32 at a time.
+pub(crate) async fn claim_many(
+    target: &Arc<Target>,
+    prefix: &str,
+    n: usize,
+) -> BoxResult<Vec<Handle>> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut claims = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (t, gate) = (target.clone(), gate.clone());
+        let name = format!("{prefix}:{i}");
+        claims.spawn(async move {
+            let _permit = gate.acquire_owned().await?;
+            let h = t.leases.claim(&name).await?.ok_or("refused")?;
+            Ok::<_, BoxError>(h)
+        });
+    }
+    let mut handles = Vec::with_capacity(n);
+    while let Some(claim) = claims.join_next().await {
+        handles.push(claim??);
+    }
+    Ok(handles)
+}
+
+/// The `(name, holder)` pairs of one batch renewal.
+type Batch = Arc<Vec<(String, String)>>;
+
+/// A batch renewal: `LeaseStore::renew_many` of `batch` held leases per
+/// call, beside the same batch statement written by hand. Two sets of
+/// leases take turns, so a lease is renewed again only a batch later and
+/// every renewal writes a later expiry. Latency is per batch; the ops/s
+/// column counts leases renewed per second.
+async fn renew_many(
+    target: &Arc<Target>,
+    batch: usize,
+    time: Duration,
+    select1: Summary,
+) -> BoxResult<Row> {
+    let handles = claim_many(target, "bench:batch", 2 * batch).await?;
+    let sets: Arc<Vec<Batch>> = Arc::new(
+        handles
+            .chunks(batch)
+            .map(|set| {
+                Arc::new(
+                    set.iter()
+                        .map(|h| (h.name().to_owned(), h.holder().to_owned()))
+                        .collect(),
+                )
+            })
+            .collect(),
+    );
+    let lease_ms = i64::try_from(target.leases.timings().lease().as_millis())?;
+    let turn = Arc::new(AtomicUsize::new(0));
+    let (t, ss, tn) = (target.clone(), sets.clone(), turn.clone());
+    let lease = cell(1, time, move |_| {
+        let (t, ss) = (t.clone(), ss.clone());
+        let set = ss.get(tn.fetch_add(1, Ordering::Relaxed) % 2).cloned();
+        async move {
+            let set = set.ok_or("no set")?;
+            let pairs: Vec<(&str, &str)> =
+                set.iter().map(|(n, h)| (n.as_str(), h.as_str())).collect();
+            let held = t.leases.store().renew_many(&pairs, lease_ms).await?;
+            if held.iter().any(Option::is_none) {
+                return Err("renew_many lost a lease".into());
+            }
+            Ok(())
+        }
+    })
+    .await;
+    let (t, ss, tn) = (target.clone(), sets.clone(), turn.clone());
+    let hand = cell(1, time, move |_| {
+        let (t, ss) = (t.clone(), ss.clone());
+        let set = ss.get(tn.fetch_add(1, Ordering::Relaxed) % 2).cloned();
+        async move {
+            let set = set.ok_or("no set")?;
+            let n = set.len();
+            let renewed = t.raw.renew_many(t.backend, set).await?;
+            if renewed != n {
+                return Err(format!("hand batch renewed {renewed} of {n}").into());
+            }
+            Ok(())
+        }
+    })
+    .await;
+    for h in &handles {
+        h.release().await?;
+    }
+    let per_lease = |mut s: Summary| {
+        s.throughput *= batch as f64;
+        s
+    };
+    Ok(Row {
+        op: format!("renew_many, {batch}/call ¹"),
+        c: 1,
+        lease: Some(per_lease(lease)),
+        hand: Some(per_lease(hand)),
+        select1,
+        note: String::new(),
+    })
 }
 
 /// The floor under everything: `SELECT 1` on the same pool.
@@ -82,12 +234,12 @@ async fn claim_release(target: &Arc<Target>, c: usize, time: Duration, select1: 
     })
     .await;
     Row {
-        op: "claim + release",
+        op: "claim + release".to_owned(),
         c,
         lease: Some(lease),
         hand: Some(hand),
         select1,
-        note: "",
+        note: String::new(),
     }
 }
 
@@ -146,12 +298,12 @@ async fn renew(target: &Arc<Target>, c: usize, time: Duration, select1: Summary)
         h.release().await?;
     }
     Ok(Row {
-        op: "renew",
+        op: "renew".to_owned(),
         c,
         lease: Some(lease),
         hand: Some(hand),
         select1,
-        note: "",
+        note: String::new(),
     })
 }
 
@@ -188,12 +340,12 @@ async fn contended(target: &Arc<Target>, c: usize, time: Duration, select1: Summ
     })
     .await;
     Row {
-        op: "contended claim",
+        op: "contended claim".to_owned(),
         c,
         lease: Some(lease),
         hand: Some(hand),
         select1,
-        note: "",
+        note: String::new(),
     }
 }
 
@@ -245,12 +397,12 @@ async fn instant(
     })
     .await;
     Row {
-        op: "instant claim + finish",
+        op: "instant claim + finish".to_owned(),
         c,
         lease: Some(lease),
         hand: Some(hand),
         select1,
-        note: "",
+        note: String::new(),
     }
 }
 
@@ -264,12 +416,12 @@ async fn guarded(
 ) -> BoxResult<Row> {
     if matches!(target.guard, Guard::None) {
         return Ok(Row {
-            op: "guarded transaction",
+            op: "guarded transaction".to_owned(),
             c,
             lease: None,
             hand: None,
             select1,
-            note: "not measured on SQLite",
+            note: "not measured on SQLite".to_owned(),
         });
     }
     let mut ctxs = Vec::new();
@@ -300,11 +452,11 @@ async fn guarded(
         ctx.handle().release().await?;
     }
     Ok(Row {
-        op: "guarded transaction",
+        op: "guarded transaction".to_owned(),
         c,
         lease: Some(lease),
         hand: Some(hand),
         select1,
-        note: "",
+        note: String::new(),
     })
 }

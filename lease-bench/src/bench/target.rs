@@ -8,6 +8,7 @@ use dblease::mysql::MySqlStore;
 use dblease::mysql::mysql_async::{self, prelude::Queryable};
 use dblease::postgres::PostgresStore;
 use dblease::postgres::deadpool_postgres;
+use dblease::postgres::tokio_postgres::types::{ToSql, Type};
 use dblease::sqlite::{SqliteStoreBuilder, Synchronous};
 use dblease::{LeaseContext, Leases};
 
@@ -26,7 +27,10 @@ pub(crate) enum Params {
 /// The backend's raw access, beside its store.
 #[derive(Clone)]
 pub(crate) enum Raw {
-    Postgres(deadpool_postgres::Pool),
+    /// The pool, and whether statements go unnamed (`query_typed`: safe
+    /// behind PgBouncer in transaction pooling mode) rather than prepared
+    /// and cached per connection.
+    Postgres(deadpool_postgres::Pool, bool),
     MySql(mysql_async::Pool),
     Sqlite(Arc<Mutex<rusqlite::Connection>>),
 }
@@ -35,7 +39,7 @@ impl Raw {
     /// Runs statements that return nothing.
     pub(crate) async fn batch(&self, sql: &str) -> BoxResult<()> {
         match self {
-            Raw::Postgres(pool) => {
+            Raw::Postgres(pool, _) => {
                 pool.get().await?.batch_execute(sql).await?;
             }
             Raw::MySql(pool) => pool.get_conn().await?.query_drop(sql).await?,
@@ -57,7 +61,40 @@ impl Raw {
     /// returns the rows it changed, or returned.
     pub(crate) async fn exec(&self, sql: &str, params: Params) -> BoxResult<u64> {
         match self {
-            Raw::Postgres(pool) => {
+            Raw::Postgres(pool, true) => {
+                let client = pool.get().await?;
+                let n = match params {
+                    Params::None => client.query_typed(sql, &[]).await?.len() as u64,
+                    Params::Two(a, b) => {
+                        client
+                            .execute_typed(sql, &[(&a, Type::TEXT), (&b, Type::TEXT)])
+                            .await?
+                    }
+                    Params::Three(a, b, c) => {
+                        client
+                            .execute_typed(
+                                sql,
+                                &[(&a, Type::TEXT), (&b, Type::TEXT), (&c, Type::TEXT)],
+                            )
+                            .await?
+                    }
+                    Params::Slot(a, b, c, d) => {
+                        client
+                            .execute_typed(
+                                sql,
+                                &[
+                                    (&a, Type::TEXT),
+                                    (&b, Type::TEXT),
+                                    (&c, Type::INT8),
+                                    (&d, Type::TEXT),
+                                ],
+                            )
+                            .await?
+                    }
+                };
+                Ok(n)
+            }
+            Raw::Postgres(pool, false) => {
                 let client = pool.get().await?;
                 let stmt = client.prepare_cached(sql).await?;
                 let n = match params {
@@ -99,6 +136,77 @@ impl Raw {
     }
 }
 
+impl Raw {
+    /// Renews a batch of `(name, holder)` leases by hand, one batch
+    /// statement as the backend's store sends it ([`Sql::renew_many`]), and
+    /// returns how many were renewed.
+    pub(crate) async fn renew_many(
+        &self,
+        backend: Backend,
+        leases: Arc<Vec<(String, String)>>,
+    ) -> BoxResult<usize> {
+        let (update, read) = Sql::renew_many(backend, leases.len());
+        match self {
+            Raw::Postgres(pool, unnamed) => {
+                let client = pool.get().await?;
+                let names: Vec<&str> = leases.iter().map(|(n, _)| n.as_str()).collect();
+                let holders: Vec<&str> = leases.iter().map(|(_, h)| h.as_str()).collect();
+                let rows = if *unnamed {
+                    client
+                        .query_typed(
+                            &update,
+                            &[(&names, Type::TEXT_ARRAY), (&holders, Type::TEXT_ARRAY)],
+                        )
+                        .await?
+                } else {
+                    let stmt = client.prepare_cached(&update).await?;
+                    let params: [&(dyn ToSql + Sync); 2] = [&names, &holders];
+                    client.query(&stmt, &params).await?
+                };
+                Ok(rows.len())
+            }
+            Raw::MySql(pool) => {
+                let mut values: Vec<mysql_async::Value> = Vec::with_capacity(3 * leases.len());
+                values.extend(leases.iter().map(|(n, _)| n.as_str().into()));
+                for (n, h) in leases.iter() {
+                    values.push(n.as_str().into());
+                    values.push(h.as_str().into());
+                }
+                let mut conn = pool.get_conn().await?;
+                let mut tx = conn
+                    .start_transaction(mysql_async::TxOpts::default())
+                    .await?;
+                tx.exec_drop(
+                    update.as_str(),
+                    mysql_async::Params::Positional(values.clone()),
+                )
+                .await?;
+                let held: Vec<String> = tx
+                    .exec(read.as_str(), mysql_async::Params::Positional(values))
+                    .await?;
+                tx.commit().await?;
+                Ok(held.len())
+            }
+            Raw::Sqlite(conn) => {
+                let conn = conn.clone();
+                let n = tokio::task::spawn_blocking(move || {
+                    let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut stmt = conn.prepare_cached(&update)?;
+                    let params = leases.iter().flat_map(|(n, h)| [n, h]);
+                    let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
+                    let mut n = 0usize;
+                    while rows.next()?.is_some() {
+                        n += 1;
+                    }
+                    Ok::<_, rusqlite::Error>(n)
+                })
+                .await??;
+                Ok(n)
+            }
+        }
+    }
+}
+
 /// Which transaction guard the backend has.
 pub(crate) enum Guard {
     Postgres(PostgresStore),
@@ -110,12 +218,19 @@ pub(crate) enum Guard {
 /// to the same database (the store's own pool) for the floors.
 pub(crate) struct Target {
     pub(crate) backend: Backend,
+    pub(crate) label: String,
     pub(crate) leases: Leases,
     pub(crate) raw: Raw,
     pub(crate) guard: Guard,
     pub(crate) sql: Sql,
     pub(crate) note: String,
 }
+
+/// Each database's clock in milliseconds, as the hand-written statements
+/// read it.
+const PG_NOW: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+const MYSQL_NOW: &str = "(UNIX_TIMESTAMP() * 1000 + MICROSECOND(NOW(3)) DIV 1000)";
+const SQLITE_NOW: &str = "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
 
 /// The specification's statements, written by hand, plainly: the clock
 /// expression inline, one statement per protocol statement, on a row that
@@ -132,9 +247,9 @@ pub(crate) struct Sql {
 impl Sql {
     pub(crate) fn of(backend: Backend) -> Sql {
         let now = match backend {
-            Backend::Postgres => "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-            Backend::MySql => "(UNIX_TIMESTAMP() * 1000 + MICROSECOND(NOW(3)) DIV 1000)",
-            Backend::Sqlite => "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)",
+            Backend::Postgres => PG_NOW,
+            Backend::MySql => MYSQL_NOW,
+            Backend::Sqlite => SQLITE_NOW,
         };
         // Placeholder `i` of type `ty`; MySQL binds in order of appearance.
         let p = |i: usize, ty: &str| match backend {
@@ -170,8 +285,67 @@ impl Sql {
     }
 }
 
+impl Sql {
+    /// The batch renewal of `count` leases written by hand, as the store
+    /// sends it: PostgreSQL one `UPDATE ... FROM unnest(..) RETURNING`
+    /// (`$1` names, `$2` holders); SQLite one `UPDATE ... WHERE (name,
+    /// holder) IN (VALUES ..) RETURNING` (the pairs, in order); MySQL the
+    /// `UPDATE` then the read of the rows held, both bound to the names
+    /// and then the pairs (`name IN` lets MariaDB use the key). The second
+    /// string is MySQL's read (empty elsewhere).
+    pub(crate) fn renew_many(backend: Backend, count: usize) -> (String, String) {
+        let pairs = |first: usize| {
+            (0..count)
+                .map(|i| match backend {
+                    Backend::Sqlite => format!("(?{}, ?{})", first + 2 * i, first + 2 * i + 1),
+                    _ => "(?, ?)".to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match backend {
+            Backend::Postgres => (
+                format!(
+                    "WITH now AS (SELECT {PG_NOW} AS ms) \
+                     UPDATE {TABLE} AS l SET expires_at_ms = now.ms + {LEASE_MS} \
+                       FROM now, unnest($1::text[], $2::text[]) AS r(name, holder) \
+                      WHERE l.name = r.name AND l.holder = r.holder AND l.expires_at_ms > now.ms \
+                     RETURNING l.name"
+                ),
+                String::new(),
+            ),
+            Backend::Sqlite => (
+                format!(
+                    "UPDATE {TABLE} SET expires_at_ms = {SQLITE_NOW} + {LEASE_MS} \
+                      WHERE (name, holder) IN (VALUES {}) AND expires_at_ms > {SQLITE_NOW} \
+                     RETURNING name",
+                    pairs(1)
+                ),
+                String::new(),
+            ),
+            Backend::MySql => {
+                let names = vec!["?"; count].join(", ");
+                let filter = format!(
+                    "WHERE name IN ({names}) AND (name, holder) IN ({}) AND expires_at_ms > {MYSQL_NOW}",
+                    pairs(1)
+                );
+                (
+                    format!("UPDATE {TABLE} SET expires_at_ms = {MYSQL_NOW} + {LEASE_MS} {filter}"),
+                    format!("SELECT name FROM {TABLE} {filter}"),
+                )
+            }
+        }
+    }
+}
+
 impl Target {
-    pub(crate) async fn open(url: &str, synchronous: Synchronous) -> BoxResult<Target> {
+    /// Opens the backend `url` names; `label` names its table (the
+    /// backend's name when `None`).
+    pub(crate) async fn open(
+        url: &str,
+        label: Option<&str>,
+        synchronous: Synchronous,
+    ) -> BoxResult<Target> {
         let backend = Backend::of(url).ok_or("unrecognised URL scheme")?;
         let (leases, raw, guard, note) = match backend {
             Backend::Postgres => {
@@ -179,11 +353,20 @@ impl Target {
                     .with_table(TABLE)
                     .with_pool_size(POOL)
                     .build()?;
+                // The URL's parameter the store reads; the floors follow it.
+                let unnamed = url.contains("statement_mode=unnamed");
                 (
                     Leases::new(store.clone()),
-                    Raw::Postgres(store.pool().clone()),
+                    Raw::Postgres(store.pool().clone(), unnamed),
                     Guard::Postgres(store),
-                    format!("PostgresStore, pool of {POOL} connections"),
+                    format!(
+                        "PostgresStore, pool of {POOL} connections, {}",
+                        if unnamed {
+                            "unnamed statements (the floors too)"
+                        } else {
+                            "prepared statements (the floors too)"
+                        }
+                    ),
                 )
             }
             Backend::MySql => {
@@ -224,6 +407,7 @@ impl Target {
             }
         };
         let target = Target {
+            label: label.map_or_else(|| backend.label().to_owned(), str::to_owned),
             backend,
             leases,
             raw,
@@ -293,11 +477,16 @@ impl Target {
     pub(crate) async fn unguarded_update(&self, w: usize) -> BoxResult<()> {
         let id = i32::try_from(w)?;
         match &self.raw {
-            Raw::Postgres(pool) => {
+            Raw::Postgres(pool, unnamed) => {
                 let mut client = pool.get().await?;
                 let tx = client.transaction().await?;
-                let stmt = tx.prepare_cached(&self.sql.update_counter).await?;
-                tx.execute(&stmt, &[&id]).await?;
+                if *unnamed {
+                    tx.execute_typed(&self.sql.update_counter, &[(&id, Type::INT4)])
+                        .await?;
+                } else {
+                    let stmt = tx.prepare_cached(&self.sql.update_counter).await?;
+                    tx.execute(&stmt, &[&id]).await?;
+                }
                 tx.commit().await?;
             }
             Raw::MySql(pool) => {
@@ -318,5 +507,60 @@ impl Target {
         if let Err(e) = self.raw.batch(&format!("DELETE FROM {TABLE}")).await {
             eprintln!("bench: cleanup failed: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written batch renewal on SQLite renews exactly the pairs
+    /// still held (the placeholders of every pair in order), as the store's
+    /// `renew_many` must, on a connection as the floor runs it.
+    #[tokio::test]
+    async fn the_hand_batch_renewal_renews_the_pairs_held() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE {TABLE} (name TEXT PRIMARY KEY, holder TEXT NOT NULL, \
+             expires_at_ms INTEGER NOT NULL)"
+        ))
+        .unwrap();
+        for (name, holder, expires) in [("a", "h", i64::MAX), ("b", "h", i64::MAX), ("c", "h", 0)] {
+            conn.execute(
+                &format!("INSERT INTO {TABLE} VALUES (?1, ?2, ?3)"),
+                rusqlite::params![name, holder, expires],
+            )
+            .unwrap();
+        }
+        let raw = Raw::Sqlite(Arc::new(Mutex::new(conn)));
+        let batch = |pairs: &[(&str, &str)]| {
+            Arc::new(
+                pairs
+                    .iter()
+                    .map(|(n, h)| ((*n).to_owned(), (*h).to_owned()))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // a and b held; b by another holder in the batch; c expired; d absent.
+        let renewed = raw
+            .renew_many(
+                Backend::Sqlite,
+                batch(&[("a", "h"), ("b", "x"), ("c", "h"), ("d", "h"), ("b", "h")]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(renewed, 2, "a and b by their holder, nothing else");
+    }
+
+    /// MySQL binds positionally: the names once, then the pairs, in the
+    /// update and in the read alike.
+    #[test]
+    fn the_hand_batch_renewal_binds_three_values_a_lease_on_mysql() {
+        let (update, read) = Sql::renew_many(Backend::MySql, 5);
+        assert_eq!(update.matches('?').count(), 15);
+        assert_eq!(read.matches('?').count(), 15);
+        let (update, read) = Sql::renew_many(Backend::Postgres, 5);
+        assert!(update.contains("unnest($1::text[], $2::text[])"));
+        assert!(read.is_empty());
     }
 }

@@ -16,7 +16,10 @@
 //! connection), `--claim-concurrency N` (claims in flight at once, default
 //! 32), `--mode batched|per-lease|both` (default `batched`: renewals
 //! through [`Leases::with_renewal_batching`]; `per-lease`: one renewal
-//! statement per lease; `both`: the two, one after the other).
+//! statement per lease; `both`: the two, one after the other),
+//! `--figures FILE` (also write the figures to FILE, a `measure<TAB>value`
+//! line each, which `lease-bench/record.sh` lays side by side in a
+//! markdown table).
 //!
 //! 1. Claims the leases (`--claim-concurrency` at a time) through `Leases`
 //!    on the backend's store (table `lease_scale`, created afresh and
@@ -78,7 +81,44 @@ type BoxResult<T> = Result<T, BoxError>;
 
 const TABLE: &str = "lease_scale";
 const USAGE: &str = "usage: scale [--leases N] [--seconds S] [--pool N] [--claim-concurrency N] \
-                     [--mode batched|per-lease|both] URL";
+                     [--mode batched|per-lease|both] [--figures FILE] URL";
+
+/// The run's figures, in the order measured, for `--figures FILE`: one
+/// `measure<TAB>value` line each, the first naming the backend, so that
+/// `lease-bench/record.sh` puts the runs on several backends side by side
+/// in one markdown table.
+#[derive(Default)]
+struct Figures {
+    /// Put before each measure: which renewals (`--mode both` measures two).
+    prefix: Mutex<String>,
+    lines: Mutex<Vec<(String, String)>>,
+}
+
+impl Figures {
+    fn add(&self, measure: &str, value: String) {
+        let prefix = self
+            .prefix
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((format!("{prefix}{measure}"), value));
+    }
+
+    fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let lines = self
+            .lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let text: String = lines
+            .iter()
+            .map(|(m, v)| format!("{}\t{}\n", m.replace('\t', " "), v.replace('\t', " ")))
+            .collect();
+        std::fs::write(path, text)
+    }
+}
 
 /// Gaps and latencies are counted in 1 ms buckets up to this many ms.
 const BUCKETS: usize = 20_000;
@@ -669,7 +709,7 @@ impl Meter {
     }
 }
 
-fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64) {
+fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64, figures: &Figures) {
     let secs = (b.at - a.at).as_secs_f64();
     let per_s = |x: i64, y: i64| (y - x) as f64 / secs;
     let pct = |x: Duration, y: Duration| 100.0 * (y.saturating_sub(x)).as_secs_f64() / secs;
@@ -677,6 +717,10 @@ fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64) {
     println!("  {label} ({secs:.1} s window)");
     println!("    lease renewals the protocol asks for:     {demanded:>9.0} /s");
     println!("    leases renewed (answers to this process): {renewed:>9.0} /s");
+    figures.add(
+        "renewals asked / answered",
+        format!("{demanded:.0} / {renewed:.0} /s"),
+    );
     if let (Some(x), Some(y)) = (a.rows_updated, b.rows_updated) {
         println!(
             "    rows updated in the table (server stats): {:>9.0} /s",
@@ -693,10 +737,18 @@ fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64) {
         "    write transactions sent by this process:  {:>9.1} /s",
         (b.writes - a.writes) as f64 / secs
     );
+    figures.add(
+        "write transactions from this process",
+        format!("{:.1} /s", (b.writes - a.writes) as f64 / secs),
+    );
     if let (Some(x), Some(y)) = (a.commits, b.commits) {
         println!(
             "    commits in the whole database:            {:>9.1} /s  (every client, others' included)",
             per_s(x, y)
+        );
+        figures.add(
+            "commits in the whole database (every client)",
+            format!("{:.1} /s", per_s(x, y)),
         );
     }
     if let (Some(x), Some(y)) = (a.server_cpu, b.server_cpu) {
@@ -704,10 +756,15 @@ fn report(label: &str, a: &Sample, b: &Sample, held: usize, demanded: f64) {
             "    CPU of the server:                        {:>9.1} % of one core",
             pct(x, y)
         );
+        figures.add("server CPU", format!("{:.1} % of a core", pct(x, y)));
     }
     println!(
         "    CPU of this process:                      {:>9.1} % of one core",
         pct(a.process_cpu, b.process_cpu)
+    );
+    figures.add(
+        "process CPU",
+        format!("{:.1} % of a core", pct(a.process_cpu, b.process_cpu)),
     );
 }
 
@@ -718,6 +775,7 @@ struct Run<'a> {
     n: usize,
     seconds: u64,
     concurrency: usize,
+    figures: &'a Figures,
 }
 
 /// Claims `n` leases (`concurrency` at a time) and holds each one,
@@ -731,6 +789,7 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
         n,
         seconds,
         concurrency,
+        figures,
     } = *run;
     let timings = *leases.timings();
     let shutdown = CancellationToken::new();
@@ -773,6 +832,15 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
         Latency(claimed.p50),
         Latency(claimed.p99)
     );
+    figures.add(
+        &format!("time to claim all ({concurrency} in flight)"),
+        format!(
+            "{:.1} s ({:.0} claims/s, p50 {})",
+            claim_time.as_secs_f64(),
+            claimed.throughput,
+            Latency(claimed.p50)
+        ),
+    );
     {
         let r = recording.lock();
         println!(
@@ -795,6 +863,13 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
             before as f64 / 1048576.0,
             after as f64 / 1048576.0,
             after.saturating_sub(before) as f64 / 1024.0 / n as f64
+        );
+        figures.add(
+            "resident memory per held lease",
+            format!(
+                "{:.2} KiB",
+                after.saturating_sub(before) as f64 / 1024.0 / n as f64
+            ),
         );
     }
     recording.measure(true);
@@ -836,6 +911,7 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
         &b,
         held.len(),
         held.len() as f64 / timings.renew().as_secs_f64(),
+        figures,
     );
     let renew_ms = u64::try_from(timings.renew().as_millis())?;
     // Late: a renewal that had not answered when the next one was due
@@ -849,8 +925,21 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
             durations.max,
             durations.count
         );
+        figures.add(
+            "renewal duration, due → answered, p50 / p99 / max",
+            format!(
+                "{} / {} / {} ms",
+                durations.percentile(50.0),
+                durations.percentile(99.0),
+                durations.max
+            ),
+        );
         let late = durations.above(renew_ms.saturating_sub(1));
         println!("    renewals not answered within their {renew_ms} ms interval: {late:>5}");
+        figures.add(
+            &format!("renewals not answered within their {renew_ms} ms interval"),
+            format!("**{late}** of {}", durations.count),
+        );
         let measured = durations.count > 0;
         drop(durations);
         let r = recording.lock();
@@ -862,6 +951,24 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
             r.gaps.count,
             r.gaps.above(renew_ms + renew_ms / 4),
             renew_ms + renew_ms / 4
+        );
+        figures.add(
+            "gap between a lease's renewals p50 / p99 / max",
+            format!(
+                "{} / {} / {} ms",
+                r.gaps.percentile(50.0),
+                r.gaps.percentile(99.0),
+                r.gaps.max
+            ),
+        );
+        figures.add(
+            "renewal statement p50 / p99 / max",
+            format!(
+                "{} / {} / {} ms",
+                r.statements.percentile(50.0),
+                r.statements.percentile(99.0),
+                r.statements.max
+            ),
         );
         println!(
             "    renewal statement latency:                p50 {} ms, p99 {} ms, max {} ms ({} statements)",
@@ -879,6 +986,16 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
                 r.max_batch,
                 r.max_in_flight
             );
+            figures.add(
+                "batches",
+                format!(
+                    "{:.1} /s, {:.0} renewals each (≤ {}), ≤ {} in flight",
+                    r.batches as f64 / (b.at - a.at).as_secs_f64(),
+                    r.batch_rows as f64 / r.batches as f64,
+                    r.max_batch,
+                    r.max_in_flight
+                ),
+            );
         }
         (late, measured && r.gaps.count > 0)
     };
@@ -891,7 +1008,16 @@ async fn hold_and_measure(run: &Run<'_>, label: &str) -> BoxResult<bool> {
             "    oldest snapshot held by another client:   {oldest_snapshot:>9.0} s  (sampled every 5 s; it holds back HOT pruning and VACUUM)"
         );
     }
+    figures.add(
+        "least time left on a lease (database)",
+        format!(
+            "{:.2} s of {}",
+            least_left as f64 / 1000.0,
+            timings.lease().as_secs_f64()
+        ),
+    );
     println!("    leases lost meanwhile:                    {lost:>9}");
+    figures.add("leases lost", format!("**{lost}**"));
     let released_at = Instant::now();
     shutdown.cancel();
     let gate = Arc::new(Semaphore::new(concurrency));
@@ -929,6 +1055,7 @@ async fn scale() -> BoxResult<bool> {
     let mut pool_size = 4usize;
     let mut concurrency = 32usize;
     let mut mode = "batched".to_owned();
+    let mut figures_file = None;
     let mut url = None;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -938,6 +1065,7 @@ async fn scale() -> BoxResult<bool> {
             "--pool" => pool_size = it.next().ok_or(USAGE)?.parse()?,
             "--claim-concurrency" => concurrency = it.next().ok_or(USAGE)?.parse()?,
             "--mode" => mode = it.next().ok_or(USAGE)?,
+            "--figures" => figures_file = Some(PathBuf::from(it.next().ok_or(USAGE)?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(true);
@@ -1035,6 +1163,11 @@ async fn scale() -> BoxResult<bool> {
     if !matches!(mode.as_str(), "per-lease" | "batched" | "both") {
         return Err(format!("unknown mode {mode}\n{USAGE}").into());
     }
+    let figures = Figures::default();
+    figures.add(
+        "backend",
+        format!("{describe}, {leases_n} leases, {seconds} s"),
+    );
     let per_lease = leases.clone();
     let batched = leases.clone().with_renewal_batching(true);
     let mut ok = true;
@@ -1051,6 +1184,14 @@ async fn scale() -> BoxResult<bool> {
         ),
     ] {
         if run_it {
+            *figures
+                .prefix
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = if mode == "both" {
+                format!("{label}: ")
+            } else {
+                String::new()
+            };
             let run = Run {
                 leases,
                 recording: &recording,
@@ -1058,11 +1199,15 @@ async fn scale() -> BoxResult<bool> {
                 n: leases_n,
                 seconds,
                 concurrency,
+                figures: &figures,
             };
             ok &= hold_and_measure(&run, label).await?;
         }
     }
     cleanup.run().await?;
+    if let Some(path) = figures_file {
+        figures.write(&path)?;
+    }
     Ok(ok)
 }
 

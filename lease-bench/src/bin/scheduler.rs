@@ -25,11 +25,11 @@
     reason = "a benchmark that prints its figures and fails loudly"
 )]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dblease::scheduler::{Job, Round, Scheduler};
-use lease_bench::cpu::cpu_time;
+use lease_bench::stats::percentile;
 use lease_core::{CancellationToken, LeaseStore, Leases};
 
 fn wall_ms() -> i64 {
@@ -40,14 +40,6 @@ fn wall_ms() -> i64 {
             .as_millis(),
     )
     .unwrap()
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 fn main() {
@@ -129,55 +121,28 @@ async fn bench(url: Option<String>, jobs: usize, seconds: u64) {
     let leases = Leases::from_arc(store.clone());
     leases.migrate().await.unwrap();
 
-    let delays = Arc::new(Mutex::new(Vec::with_capacity(jobs * seconds as usize)));
-    let mut builder = Scheduler::builder(leases.clone());
-    for i in 0..jobs {
-        let delays = delays.clone();
-        builder = builder.job(Job::new(
-            format!("bench-{i}"),
-            "@every 1s",
-            move |round: Round| {
-                let late = wall_ms() - round.instant().as_millis();
-                delays.lock().unwrap().push(late);
-                async { Ok(()) }
-            },
-        ));
-    }
-    let scheduler = builder.build().unwrap();
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let run = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(30)).await });
-    // Let the start-up settle (catch-up reads, the first sweep).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    delays.lock().unwrap().clear();
-    let (cpu0, t0) = (cpu_time(None).ok(), std::time::Instant::now());
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let (cpu1, elapsed) = (cpu_time(None).ok(), t0.elapsed());
-    let mut late = std::mem::take(&mut *delays.lock().unwrap());
-    shutdown.cancel();
-    run.await.unwrap().unwrap();
-
-    late.sort_unstable();
-    let rounds = late.len();
+    let r = lease_bench::rounds::run(leases, "bench", jobs, Duration::from_secs(seconds))
+        .await
+        .unwrap();
     println!("{backend}: {jobs} jobs @every 1s on one replica for {seconds} s");
     println!(
-        "  rounds: {rounds} ({:.0}/s; each one claim and one finish), expected {}",
-        rounds as f64 / elapsed.as_secs_f64(),
-        jobs as u64 * seconds
+        "  rounds: {} ({:.0}/s; each one claim and one finish), expected {}",
+        r.rounds,
+        r.per_second(),
+        r.expected
     );
     println!(
         "  started after the instant: p50 {} ms, p99 {} ms, max {} ms",
-        percentile(&late, 50.0),
-        percentile(&late, 99.0),
-        late.last().copied().unwrap_or(0)
+        percentile(&r.late, 50.0).as_millis(),
+        percentile(&r.late, 99.0).as_millis(),
+        r.late.last().map_or(0, Duration::as_millis)
     );
-    if let (Some(a), Some(b)) = (cpu0, cpu1) {
-        let used = b.saturating_sub(a);
+    if let Some(used) = r.cpu {
         println!(
             "  CPU of the process: {:.2} s over {:.1} s ({:.0}% of one core)",
             used.as_secs_f64(),
-            elapsed.as_secs_f64(),
-            100.0 * used.as_secs_f64() / elapsed.as_secs_f64()
+            r.elapsed.as_secs_f64(),
+            100.0 * used.as_secs_f64() / r.elapsed.as_secs_f64()
         );
     }
     drop(store);
