@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts PgBouncer in transaction pooling mode on 127.0.0.1:6432 in front of
 # the local PostgreSQL (127.0.0.1:5432, database test, user postgres with
-# trust), unless something answers there already: the set-up of `.ci/run`
-# (section "PgBouncer"), for the benchmark's record (lease-bench/record.sh).
+# trust), unless something answers there already: for CI (.ci/run) and for
+# the benchmark's record (lease-bench/record.sh).
 # Installs the distribution's package when pgbouncer is missing (as root).
 # Prints the directory of its files (config, log, pid file) when it started it.
 set -euo pipefail

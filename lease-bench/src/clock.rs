@@ -76,7 +76,7 @@ impl DbClock {
             db_ms,
         });
         while samples.len() > WINDOW {
-            samples.pop_front();
+            let _ = samples.pop_front();
         }
     }
 

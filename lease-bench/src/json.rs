@@ -146,7 +146,7 @@ pub fn parse_object(line: &str) -> Result<BTreeMap<String, Value>, ParseError> {
             p.eat(b':', "':'")?;
             p.ws();
             let value = p.value()?;
-            map.insert(key, value);
+            let _ = map.insert(key, value);
             p.ws();
             match p.peek() {
                 Some(b',') => p.i += 1,

@@ -160,7 +160,7 @@ impl ForwardingStore for PlantedStore {
         let ClaimRequest { name, holder, .. } = claim;
         match (self.plant, self.inner.claim(claim).await?) {
             (Plant::PhantomClaim, Some(_)) => {
-                self.inner.release(name, holder).await?;
+                let _ = self.inner.release(name, holder).await?;
                 self.inner.claim(claim).await
             }
             (Plant::LyingLock, None) if name.starts_with("lock:") => {

@@ -30,7 +30,7 @@ where
                     Ok(()) => samples.push(t.elapsed()),
                     Err(e) => {
                         errors += 1;
-                        first_error.get_or_insert_with(|| e.to_string());
+                        let _ = first_error.get_or_insert_with(|| e.to_string());
                     }
                 }
             }

@@ -100,7 +100,7 @@ pub(crate) async fn claim_many(
     for i in 0..n {
         let (t, gate) = (target.clone(), gate.clone());
         let name = format!("{prefix}:{i}");
-        claims.spawn(async move {
+        let _ = claims.spawn(async move {
             let _permit = gate.acquire_owned().await?;
             let h = t.leases.claim(&name).await?.ok_or("refused")?;
             Ok::<_, BoxError>(h)
@@ -228,7 +228,7 @@ async fn claim_release(target: &Arc<Target>, c: usize, time: Duration, select1: 
             if n != 1 {
                 return Err("hand claim refused".into());
             }
-            t.exec(&t.sql.release, Params::Two(name, holder)).await?;
+            let _ = t.exec(&t.sql.release, Params::Two(name, holder)).await?;
             Ok(())
         }
     })
@@ -285,11 +285,12 @@ async fn renew(target: &Arc<Target>, c: usize, time: Duration, select1: Summary)
             let h = hs.get(i).ok_or("no handle")?;
             // Not checked: without CLIENT_FOUND_ROWS, MySQL counts a
             // renewal in the same millisecond as changing nothing.
-            t.exec(
-                &t.sql.renew,
-                Params::Two(h.name().to_owned(), h.holder().to_owned()),
-            )
-            .await?;
+            let _ = t
+                .exec(
+                    &t.sql.renew,
+                    Params::Two(h.name().to_owned(), h.holder().to_owned()),
+                )
+                .await?;
             Ok(())
         }
     })
@@ -333,7 +334,7 @@ async fn contended(target: &Arc<Target>, c: usize, time: Duration, select1: Summ
                 )
                 .await?;
             if n == 1 {
-                t.exec(&t.sql.release, Params::Two(name, holder)).await?;
+                let _ = t.exec(&t.sql.release, Params::Two(name, holder)).await?;
             }
             Ok(())
         }
@@ -391,7 +392,7 @@ async fn instant(
             if n != 1 {
                 return Err("hand instant claim refused".into());
             }
-            t.exec(&t.sql.finish, Params::Two(name, holder)).await?;
+            let _ = t.exec(&t.sql.finish, Params::Two(name, holder)).await?;
             Ok(())
         }
     })

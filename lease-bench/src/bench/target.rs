@@ -451,7 +451,7 @@ impl Target {
         let sql = self.sql.update_counter.clone();
         match &self.guard {
             Guard::Postgres(store) => {
-                store
+                let _ = store
                     .transaction(ctx, move |tx| {
                         Box::pin(async move { tx.execute(sql.as_str(), &[&id]).await })
                     })
@@ -481,11 +481,12 @@ impl Target {
                 let mut client = pool.get().await?;
                 let tx = client.transaction().await?;
                 if *unnamed {
-                    tx.execute_typed(&self.sql.update_counter, &[(&id, Type::INT4)])
+                    let _ = tx
+                        .execute_typed(&self.sql.update_counter, &[(&id, Type::INT4)])
                         .await?;
                 } else {
                     let stmt = tx.prepare_cached(&self.sql.update_counter).await?;
-                    tx.execute(&stmt, &[&id]).await?;
+                    let _ = tx.execute(&stmt, &[&id]).await?;
                 }
                 tx.commit().await?;
             }
@@ -526,11 +527,12 @@ mod tests {
         ))
         .unwrap();
         for (name, holder, expires) in [("a", "h", i64::MAX), ("b", "h", i64::MAX), ("c", "h", 0)] {
-            conn.execute(
-                &format!("INSERT INTO {TABLE} VALUES (?1, ?2, ?3)"),
-                rusqlite::params![name, holder, expires],
-            )
-            .unwrap();
+            let _ = conn
+                .execute(
+                    &format!("INSERT INTO {TABLE} VALUES (?1, ?2, ?3)"),
+                    rusqlite::params![name, holder, expires],
+                )
+                .unwrap();
         }
         let raw = Raw::Sqlite(Arc::new(Mutex::new(conn)));
         let batch = |pairs: &[(&str, &str)]| {

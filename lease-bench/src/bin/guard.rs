@@ -186,13 +186,13 @@ impl Target {
         let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match &self.sqlx {
             SqlxPool::Postgres(p) => {
-                sqlx::query(sql).execute(p).await?;
+                let _ = sqlx::query(sql).execute(p).await?;
             }
             SqlxPool::MySql(p) => {
-                sqlx::query(sql).execute(p).await?;
+                let _ = sqlx::query(sql).execute(p).await?;
             }
             SqlxPool::Sqlite(p) => {
-                sqlx::query(sql).execute(p).await?;
+                let _ = sqlx::query(sql).execute(p).await?;
             }
         }
         Ok(())
@@ -212,12 +212,13 @@ impl Target {
                 let tx = client.transaction().await?;
                 if verify {
                     let stmt = tx.prepare_cached(self.guard.sql()).await?;
-                    tx.query_opt(&stmt, &[&p.name, &p.holder, &p.term])
+                    let _ = tx
+                        .query_opt(&stmt, &[&p.name, &p.holder, &p.term])
                         .await?
                         .ok_or("lost")?;
                 }
                 let stmt = tx.prepare_cached(&self.update).await?;
-                tx.execute(&stmt, &[&id]).await?;
+                let _ = tx.execute(&stmt, &[&id]).await?;
                 tx.commit().await?;
             }
             Backend::MySql(store) => {
@@ -229,7 +230,7 @@ impl Target {
                     let row: Option<i64> = tx
                         .exec_first(self.guard.sql(), (p.name, p.holder, p.term))
                         .await?;
-                    row.ok_or("lost")?;
+                    let _ = row.ok_or("lost")?;
                 }
                 tx.exec_drop(self.update.as_str(), (id,)).await?;
                 tx.commit().await?;
@@ -256,9 +257,9 @@ impl Target {
                         if verify {
                             let mut stmt = tx.prepare_cached(&guard)?;
                             let mut rows = stmt.query(rusqlite::params![name, holder, term])?;
-                            rows.next()?.ok_or("lost")?;
+                            let _ = rows.next()?.ok_or("lost")?;
                         }
-                        tx.prepare_cached(&update)?.execute([id])?;
+                        let _ = tx.prepare_cached(&update)?.execute([id])?;
                         tx.commit()?;
                         Ok(())
                     })
@@ -277,7 +278,7 @@ impl Target {
         let update = self.update.clone();
         match &self.backend {
             Backend::Postgres(store) => {
-                store
+                let _ = store
                     .transaction(ctx, move |tx| {
                         Box::pin(async move {
                             if prepared {
@@ -302,7 +303,7 @@ impl Target {
             Backend::Sqlite(store) => {
                 store
                     .transaction(ctx, move |tx| {
-                        tx.prepare_cached(&update)?.execute([id])?;
+                        let _ = tx.prepare_cached(&update)?.execute([id])?;
                         Ok::<_, rusqlite::Error>(())
                     })
                     .await
@@ -322,7 +323,7 @@ impl Target {
             ($db:ty, $pool:expr) => {{
                 let update = sqlx::AssertSqlSafe(self.update.clone());
                 if guarded {
-                    lease_sqlx::transaction($pool, ctx, move |tx| {
+                    let _ = lease_sqlx::transaction($pool, ctx, move |tx| {
                         Box::pin(async move {
                             sqlx::query::<$db>(update).bind(id).execute(&mut **tx).await
                         })
@@ -331,14 +332,14 @@ impl Target {
                     .map_err(|e| e.to_string())?;
                 } else {
                     let mut tx = $pool.begin_with(self.guard.begin()).await?;
-                    sqlx::query::<$db>(sqlx::AssertSqlSafe(self.guard.sql().to_owned()))
+                    let _ = sqlx::query::<$db>(sqlx::AssertSqlSafe(self.guard.sql().to_owned()))
                         .bind(p.name)
                         .bind(p.holder)
                         .bind(p.term)
                         .fetch_optional(&mut *tx)
                         .await?
                         .ok_or("lost")?;
-                    sqlx::query::<$db>(update)
+                    let _ = sqlx::query::<$db>(update)
                         .bind(id)
                         .execute(&mut *tx)
                         .await?;

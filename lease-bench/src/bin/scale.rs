@@ -72,7 +72,7 @@ use dblease::{CancellationToken, ClaimRequest, Handle, Holder, LeaseStore, Lease
 use lease_bench::cpu::cpu_time;
 use lease_bench::stats::{Latency, Summary};
 use lease_bench::url::Backend;
-use lease_core::{DbErrorKind, Finished, LeaseInfo, SlotClaim, UnfinishedRow};
+use lease_core::ForwardingStore;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, sleep};
 
@@ -380,16 +380,19 @@ impl Recording {
     }
 }
 
-#[deny(clippy::missing_trait_methods)]
 #[async_trait]
-impl LeaseStore for Recording {
+impl ForwardingStore for Recording {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
+    }
+
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest { name, .. } = claim;
         let claimed = self.inner.claim(claim).await?;
         let mut r = self.lock();
         r.writes += 1;
         if claimed.is_some() {
-            r.last.insert(name.to_owned(), Instant::now());
+            let _ = r.last.insert(name.to_owned(), Instant::now());
         }
         Ok(claimed)
     }
@@ -438,74 +441,12 @@ impl LeaseStore for Recording {
         Ok(held)
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        self.inner.verify(name, holder).await
-    }
-
     async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
         let released = self.inner.release(name, holder).await?;
         let mut r = self.lock();
         r.writes += 1;
-        r.last.remove(name);
+        let _ = r.last.remove(name);
         Ok(released)
-    }
-
-    async fn claim_slot(
-        &self,
-        claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        self.inner.claim_slot(claim, slot_ms).await
-    }
-
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        self.inner.finish(name, holder, slot_ms, passed_ms).await
-    }
-
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
-        self.inner.find_unfinished(names).await
-    }
-
-    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        self.inner.claim_rerun(claim, term).await
-    }
-
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.inner.last_slot(name).await
-    }
-
-    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        self.inner.force_release(name, term).await
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
-        self.inner.get(name).await
-    }
-
-    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
-        self.inner.list(prefix, limit).await
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.inner.now_ms().await
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        self.inner.migrate().await
-    }
-
-    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
-        self.inner.classify(error)
-    }
-
-    fn guard_statement(&self) -> Option<dblease::GuardStatement> {
-        self.inner.guard_statement()
     }
 }
 
@@ -1057,7 +998,8 @@ async fn scale() -> BoxResult<bool> {
     let mut mode = "batched".to_owned();
     let mut figures_file = None;
     let mut url = None;
-    let mut it = std::env::args().skip(1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--leases" => leases_n = it.next().ok_or(USAGE)?.parse()?,

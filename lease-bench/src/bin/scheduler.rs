@@ -229,11 +229,11 @@ async fn failover(url: Option<String>, samples: usize) {
                 .unwrap();
             let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
             let tx = tx.clone();
-            tokio::spawn(async move {
+            drop(tokio::spawn(async move {
                 while let Ok(Some(line)) = lines.next_line().await {
                     let _ = tx.send((replica, line));
                 }
-            });
+            }));
             children.push(child);
         }
         let mut killed: Option<(usize, i64, i64)> = None;

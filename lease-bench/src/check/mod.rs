@@ -274,7 +274,7 @@ pub fn check(events: &[Event]) -> Report {
             Event::Killed { instance, at_ms } => {
                 report.kills += 1;
                 report.faults += 1;
-                killed.insert(instance, *at_ms);
+                let _ = killed.insert(instance, *at_ms);
             }
             Event::Fault { .. } => report.faults += 1,
         }

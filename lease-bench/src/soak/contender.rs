@@ -81,7 +81,7 @@ impl Contender {
         let sent_ms = match self.rec.clock.lower(Instant::now()) {
             Some(ms) => ms,
             None => {
-                self.now().await;
+                let _ = self.now().await;
                 return None;
             }
         };
@@ -225,7 +225,7 @@ impl Contender {
                 } else {
                     self.ms(500, 5_000)
                 };
-                self.tenure(handle, seq, &Kind::Plain, planned).await;
+                let _ = self.tenure(handle, seq, &Kind::Plain, planned).await;
             }
         }
     }
@@ -239,7 +239,7 @@ impl Contender {
                     let kind = Kind::Rerun(u);
                     if let Some((handle, seq)) = self.attempt(&job, &kind).await {
                         let planned = self.round_length();
-                        self.tenure(handle, seq, &kind, planned).await;
+                        let _ = self.tenure(handle, seq, &kind, planned).await;
                     }
                 }
             }
@@ -254,7 +254,7 @@ impl Contender {
                         if finished && self.plant == Plant::RerunFinished {
                             let kind = Kind::PlantedRerun(instant);
                             if let Some((handle, seq)) = self.attempt(&job, &kind).await {
-                                self.tenure(handle, seq, &kind, self.ms(50, 100)).await;
+                                let _ = self.tenure(handle, seq, &kind, self.ms(50, 100)).await;
                             }
                         }
                     }
@@ -296,14 +296,14 @@ pub(crate) async fn run(instance: &str, run: &str, plant: Plant, url: &str) -> B
         shutdown: CancellationToken::new(),
     });
     for _ in 0..3 {
-        me.now().await;
+        let _ = me.now().await;
     }
     // Keeps the calibration fresh while the database answers.
     let calibrate = {
         let me = me.clone();
         tokio::spawn(async move {
             while me.pause(Duration::from_millis(200)).await {
-                me.now().await;
+                let _ = me.now().await;
             }
         })
     };

@@ -61,14 +61,14 @@ impl Orchestra {
             .spawn()?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let lines = self.lines.clone();
-        tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             let mut reader = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 if lines.send(line).is_err() {
                     break;
                 }
             }
-        });
+        }));
         Ok(Proc {
             instance,
             stdin: child.stdin.take(),
