@@ -72,10 +72,14 @@ impl SqliteLeaseStore {
     }
 
     async fn do_finish(&self, values: &[(&str, Value<'_>)]) -> Result<Finished, BoxError> {
+        // Read to its end (all rows, at most one), or SQLite never
+        // checkpoints its log while such statements are the only writes.
         let row = self
             .query(&self.sql.finish, values)?
-            .fetch_optional(&self.pool)
-            .await?;
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .next();
         Ok(match row {
             None => Finished::NotRecorded,
             Some(row) if row.try_get::<i64, _>(0)? != 0 => Finished::Released,

@@ -518,8 +518,12 @@ macro_rules! returning_claim_and_renew {
                             ("lease_ms", Value::Int(claim.lease_ms)),
                         ],
                     )?
-                    .fetch_optional(&self.pool)
-                    .await?;
+                    // All rows (at most one): a `RETURNING` statement read
+                    // to its end, or SQLite never checkpoints its log.
+                    .fetch_all(&self.pool)
+                    .await?
+                    .into_iter()
+                    .next();
                 row.map(|row| $term(&row, 0)).transpose()
             }
 
@@ -540,8 +544,11 @@ macro_rules! returning_claim_and_renew {
                             ("lease_ms", Value::Int(lease_ms)),
                         ],
                     )?
-                    .fetch_optional(&self.pool)
-                    .await?;
+                    // As the claim: read to its end.
+                    .fetch_all(&self.pool)
+                    .await?
+                    .into_iter()
+                    .next();
                 Ok(row.map(|row| row.try_get::<i64, _>(0)).transpose()?)
             }
 

@@ -37,3 +37,56 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
 }
 
 lease_conformance::conformance_tests!(fresh_store);
+
+/// Renewals are `UPDATE ... RETURNING`: a statement read for its one row
+/// and then dropped before it ran to its end never triggers SQLite's
+/// automatic checkpoint, and while renewals are the only writes the log
+/// then grows by a frame per renewal without bound (the fault lease-sqlite
+/// had). 2,500 renewals must leave the log near SQLite's 1,000-page
+/// checkpoint threshold.
+#[tokio::test]
+async fn the_log_is_checkpointed_while_only_renewals_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("renewals.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(10));
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = lease_sqlx::SqliteLeaseStore::new(pool.clone());
+    store.migrate().await.unwrap();
+    let names: Vec<String> = (0..32).map(|i| format!("renewed-{i}")).collect();
+    for name in &names {
+        let claim = lease_core::ClaimRequest {
+            name,
+            holder: "h",
+            instance: "i",
+            lease_ms: 15_000,
+        };
+        assert_eq!(store.claim(claim).await.unwrap(), Some(1));
+    }
+    let page: i64 = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let frame = u64::try_from(page).unwrap() + 24;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let mut most = 0;
+    for i in 0..2_500 {
+        let name = &names[i % names.len()];
+        assert!(store.renew(name, "h", 15_000).await.unwrap().is_some());
+        let bytes = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        most = most.max(bytes / frame);
+    }
+    assert!(
+        most <= 1_100,
+        "the log reached {most} frames over 2,500 renewals: it was not checkpointed"
+    );
+}
