@@ -50,9 +50,10 @@
 //!
 //! SQLite's store runs on one connection of its own, which nothing outside
 //! it can reach: its floor runs on a second connection to the same file,
-//! used the same way (one connection, off the runtime). SQLite's guarded
-//! transaction (`SqliteStore::transaction`) is not measured yet, so that row
-//! says so.
+//! used the same way (one connection, off the runtime). The guarded
+//! transaction's floor is the same transaction unguarded, its `UPDATE`
+//! prepared as the guarded work prepares it (SQLite: `BEGIN IMMEDIATE`, as
+//! `SqliteStore::transaction` begins).
 #![allow(
     clippy::print_stdout,
     clippy::print_stderr,

@@ -11,7 +11,7 @@ use dblease::{CancellationToken, Handle, LeaseContext, UtcMillis};
 use super::capability;
 use super::cell::cell;
 use super::table::{Row, print_rows, sort_rows};
-use super::target::{Guard, Params, Target};
+use super::target::{Params, Target};
 use super::{BoxError, BoxResult, RENEW_ROWS};
 use crate::stats::Summary;
 
@@ -408,23 +408,13 @@ async fn instant(
 }
 
 /// A guarded transaction (one business `UPDATE`) beside the same
-/// transaction unguarded; not measured on SQLite.
+/// transaction unguarded.
 async fn guarded(
     target: &Arc<Target>,
     c: usize,
     time: Duration,
     select1: Summary,
 ) -> BoxResult<Row> {
-    if matches!(target.guard, Guard::None) {
-        return Ok(Row {
-            op: "guarded transaction".to_owned(),
-            c,
-            lease: None,
-            hand: None,
-            select1,
-            note: "not measured on SQLite".to_owned(),
-        });
-    }
     let mut ctxs = Vec::new();
     for w in 0..c {
         let name = format!("bench:guard:{w}");

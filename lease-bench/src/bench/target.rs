@@ -9,7 +9,7 @@ use dblease::mysql::mysql_async::{self, prelude::Queryable};
 use dblease::postgres::PostgresStore;
 use dblease::postgres::deadpool_postgres;
 use dblease::postgres::tokio_postgres::types::{ToSql, Type};
-use dblease::sqlite::{SqliteStoreBuilder, Synchronous};
+use dblease::sqlite::{SqliteStore, SqliteStoreBuilder, Synchronous};
 use dblease::{LeaseContext, Leases};
 
 use super::{BoxResult, COUNTERS, LEASE_MS, POOL, TABLE};
@@ -211,7 +211,7 @@ impl Raw {
 pub(crate) enum Guard {
     Postgres(PostgresStore),
     MySql(MySqlStore),
-    None,
+    Sqlite(SqliteStore),
 }
 
 /// The backend under test: the store through `lease-core`, and raw access
@@ -388,6 +388,7 @@ impl Target {
                     .with_table(TABLE)
                     .with_synchronous(synchronous)
                     .build()?;
+                let guard = Guard::Sqlite(store.clone());
                 let conn = rusqlite::Connection::open(&path)?;
                 conn.busy_timeout(Duration::from_secs(5))?;
                 // The floor runs at the store's durability.
@@ -398,7 +399,7 @@ impl Target {
                 (
                     Leases::new(store),
                     Raw::Sqlite(Arc::new(Mutex::new(conn))),
-                    Guard::None,
+                    guard,
                     format!(
                         "SqliteStore, one connection, synchronous {synchronous:?}; \
                          floors on a second connection to the same file, same pragmas"
@@ -451,9 +452,19 @@ impl Target {
         let sql = self.sql.update_counter.clone();
         match &self.guard {
             Guard::Postgres(store) => {
+                // The work's UPDATE sent as the floor sends it: prepared once
+                // per connection, or unnamed behind PgBouncer.
+                let unnamed = matches!(self.raw, Raw::Postgres(_, true));
                 let _ = store
                     .transaction(ctx, move |tx| {
-                        Box::pin(async move { tx.execute(sql.as_str(), &[&id]).await })
+                        Box::pin(async move {
+                            if unnamed {
+                                tx.execute_typed(sql.as_str(), &[(&id, Type::INT4)]).await
+                            } else {
+                                let stmt = tx.prepare_cached(sql.as_str()).await?;
+                                tx.execute(&stmt, &[&id]).await
+                            }
+                        })
                     })
                     .await
                     .map_err(|e| e.to_string())?;
@@ -469,7 +480,16 @@ impl Target {
                     })
                     .await?;
             }
-            Guard::None => return Err("no transaction guard".into()),
+            Guard::Sqlite(store) => {
+                let _ = store
+                    .transaction(ctx, move |tx| {
+                        tx.prepare_cached(&sql)?
+                            .execute([id])
+                            .map_err(dblease::BoxError::from)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
         }
         Ok(())
     }
@@ -499,7 +519,20 @@ impl Target {
                     .await?;
                 tx.commit().await?;
             }
-            Raw::Sqlite(_) => return Err("no transaction guard on SQLite".into()),
+            Raw::Sqlite(conn) => {
+                // As the store's transaction: BEGIN IMMEDIATE (the write
+                // lock first), the UPDATE, COMMIT.
+                let conn = conn.clone();
+                let sql = self.sql.update_counter.clone();
+                tokio::task::spawn_blocking(move || -> rusqlite::Result<()> {
+                    let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+                    let tx =
+                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    let _ = tx.prepare_cached(&sql)?.execute([id])?;
+                    tx.commit()
+                })
+                .await??;
+            }
         }
         Ok(())
     }
