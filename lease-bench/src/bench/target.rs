@@ -372,14 +372,18 @@ impl Target {
             Backend::MySql => {
                 let store = MySqlStore::builder(url)?
                     .with_table(TABLE)
-                    .with_pool_constraints(1, POOL)
+                    // Every connection kept: with fewer kept idle than
+                    // are in use at once, mysql_async closes the extras as
+                    // they come back and opens new ones (a handshake each),
+                    // which measured the pool's churn, not the statements.
+                    .with_pool_constraints(POOL, POOL)
                     .connect()
                     .await?;
                 (
                     Leases::new(store.clone()),
                     Raw::MySql(store.pool().clone().into_inner()),
                     Guard::MySql(store),
-                    format!("MySqlStore, pool of up to {POOL} connections"),
+                    format!("MySqlStore, pool of {POOL} connections, all kept"),
                 )
             }
             Backend::Sqlite => {
