@@ -44,7 +44,7 @@ use crate::store::LeaseStore;
 
 /// The most renewals one batch carries. PostgreSQL's `unnest` UPDATE renews
 /// about 80,000 rows a second on one connection in batches of 1,000 and
-/// about 125,000 in batches of 5,000 (PERFORMANCE.md, "Scale"); the MySQL
+/// about 125,000 in batches of 5,000 (PERFORMANCE-HISTORY.md, "Scale"); the MySQL
 /// and SQLite stores split a batch into statements of their own size.
 pub(crate) const MAX_BATCH: usize = 5_000;
 

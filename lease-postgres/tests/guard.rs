@@ -834,7 +834,7 @@ impl RoundTrips {
 /// same transaction verified by hand takes. A work that passes its SQL as
 /// a string has tokio-postgres prepare it on every call and close it after:
 /// a round trip more, and one more message (6), which is what made the guarded transaction measure about 2x
-/// the hand-written one in lease-bench (see PERFORMANCE.md).
+/// the hand-written one in lease-bench (see PERFORMANCE-HISTORY.md).
 #[tokio::test]
 async fn a_guarded_transaction_takes_one_round_trip_more_than_the_unverified_one() {
     let Some(url) = common::url() else { return };
