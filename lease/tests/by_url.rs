@@ -134,6 +134,7 @@ async fn connection_errors_name_the_server_on_one_line_without_the_password() {
 }
 
 /// Timings with a 4 s local deadline: statement timeout 2 s, lock wait 1 s.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn tight() -> dblease::Timings {
     dblease::Timings::builder()
         .lease(std::time::Duration::from_secs(6))
