@@ -141,9 +141,11 @@ impl MySqlStoreBuilder {
     /// # Ok(()) }
     /// ```
     pub fn with_timings(mut self, timings: &Timings) -> Self {
-        self.lock_wait_timeout = timings.lock_wait_timeout();
-        self.statement_timeout = Some(timings.statement_timeout());
-        self.idle_transaction_timeout = Some(timings.deadline());
+        (
+            self.lock_wait_timeout,
+            self.statement_timeout,
+            self.idle_transaction_timeout,
+        ) = sql::timings_bounds(timings);
         self
     }
 

@@ -356,6 +356,22 @@ pub(crate) fn session_setup_for(
     ))
 }
 
+/// The session bounds `timings` derive, in the order [`session_setup_for`]
+/// takes them: lock wait, statements, idle in a transaction (MariaDB).
+pub(crate) fn timings_bounds(
+    timings: &lease_core::Timings,
+) -> (
+    std::time::Duration,
+    Option<std::time::Duration>,
+    Option<std::time::Duration>,
+) {
+    (
+        timings.lock_wait_timeout(),
+        Some(timings.statement_timeout()),
+        Some(timings.deadline()),
+    )
+}
+
 /// [`session_setup_for`] with the lock-wait bound already in whole seconds
 /// (at least 1: a lower value is raised to it).
 pub(crate) fn session_setup_secs(

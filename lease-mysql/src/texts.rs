@@ -225,11 +225,8 @@ pub fn session_setup(
 /// [`Timings::deadline`].
 #[must_use]
 pub fn timings_setup(timings: &Timings) -> String {
-    sql::session_setup_secs(
-        timings.lock_wait_timeout().as_secs(),
-        Some(timings.statement_timeout()),
-        Some(timings.deadline()),
-    )
+    let (lock_wait, statement, idle) = sql::timings_bounds(timings);
+    sql::session_setup_secs(lock_wait.as_secs(), statement, idle)
 }
 
 /// What kind of failure a MySQL or MariaDB server error number is, as this

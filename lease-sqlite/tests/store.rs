@@ -1261,13 +1261,7 @@ async fn a_guarded_transaction_on_a_row_of_another_term_runs_nothing() {
     );
 }
 
-/// The bytes of the file's write-ahead log: every commit appends its pages
-/// to it (no checkpoint runs below SQLite's 1000-page threshold here).
-fn wal_bytes(path: &Path) -> u64 {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    std::fs::metadata(PathBuf::from(wal)).map_or(0, |m| m.len())
-}
+use lease_testkit::{sqlite_wal_bytes as wal_bytes, sqlite_wal_frame};
 
 /// A batch of renewals is one statement, one commit: the log grows by the
 /// pages of one transaction, where the same renewals one by one append one
@@ -1297,7 +1291,7 @@ async fn a_batch_of_renewals_is_one_commit() {
     let page: u32 = raw(&path)
         .query_row("PRAGMA page_size", [], |row| row.get(0))
         .unwrap();
-    let frame = u64::from(page) + 24;
+    let frame = sqlite_wal_frame(u64::from(page));
 
     tokio::time::sleep(Duration::from_millis(5)).await;
     let before = wal_bytes(&path);
@@ -1359,7 +1353,7 @@ async fn the_log_is_checkpointed_while_only_renewals_write() {
     let page: u32 = raw(&path)
         .query_row("PRAGMA page_size", [], |row| row.get(0))
         .unwrap();
-    let frame = u64::from(page) + 24;
+    let frame = sqlite_wal_frame(u64::from(page));
     let mut most = 0;
     for i in 0..2_500 {
         let name = &names[i % names.len()];

@@ -75,15 +75,12 @@ async fn the_log_is_checkpointed_while_only_renewals_write() {
         .fetch_one(&pool)
         .await
         .unwrap();
-    let frame = u64::try_from(page).unwrap() + 24;
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
+    let frame = lease_testkit::sqlite_wal_frame(u64::try_from(page).unwrap());
     let mut most = 0;
     for i in 0..2_500 {
         let name = &names[i % names.len()];
         assert!(store.renew(name, "h", 15_000).await.unwrap().is_some());
-        let bytes = std::fs::metadata(&wal).map_or(0, |m| m.len());
-        most = most.max(bytes / frame);
+        most = most.max(lease_testkit::sqlite_wal_bytes(&path) / frame);
     }
     assert!(
         most <= 1_100,

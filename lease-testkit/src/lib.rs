@@ -43,6 +43,23 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// The bytes of the write-ahead log of the SQLite database file
+/// `database` (its `-wal` file; 0 when there is none): every commit appends
+/// its pages to it until a checkpoint lets it start over.
+#[must_use]
+pub fn sqlite_wal_bytes(database: &std::path::Path) -> u64 {
+    let mut wal = database.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(std::path::PathBuf::from(wal)).map_or(0, |m| m.len())
+}
+
+/// The SQLite writer's log frame for a page of `page_size` bytes: the page
+/// and its 24-byte frame header, the unit [`sqlite_wal_bytes`] grows by.
+#[must_use]
+pub fn sqlite_wal_frame(page_size: u64) -> u64 {
+    page_size + 24
+}
+
 /// Whether `name`, made by [`unique`] with `prefix`, was made more than
 /// `older_than` ago. A name of another shape is not stale.
 ///
