@@ -3,16 +3,13 @@
 //! with the checker that judges its history.
 //!
 //! The binaries are the product (`bench`, `scale`, `scheduler`, `soak`); this library
-//! holds what they share and what is worth testing on its own:
+//! holds what they share and what is worth testing on its own. The soak's
+//! history and its checker are `lease-testkit`'s (`lease_testkit::{history,
+//! json, check}`), shared with lease-scheduler's tests:
 //!
 //! - [`bench`](mod@bench): the benchmark (the `bench` binary only calls
 //!   [`bench::main`]);
 //! - [`stats`]: latency percentiles and throughput from recorded samples;
-//! - [`json`]: the flat JSON objects of the soak's history, written and read
-//!   by hand (no serde: one line format does not earn its build time);
-//! - [`history`]: the events of a soak run, one JSON line each;
-//! - [`check`]: the checker, which reads a history and names every
-//!   violation of the protocol's guarantees;
 //! - [`clock`]: bounds on the database's clock from the process's
 //!   monotonic clock, for instants when the database cannot be asked;
 //! - [`cpu`]: CPU time of a process, from `/proc`;
@@ -25,11 +22,8 @@
 //! - [`url`]: which backend a URL names, and the same URL through a proxy.
 
 pub mod bench;
-pub mod check;
 pub mod clock;
 pub mod cpu;
-pub mod history;
-pub mod json;
 pub mod plant;
 pub mod rounds;
 pub mod soak;

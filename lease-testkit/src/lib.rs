@@ -1,7 +1,16 @@
 //! Helpers the workspace's own tests share, written once: unique names for
 //! tables and leases, a guard that cleans up after a test (drops its
 //! table), an error's chain on one line, a `metrics` recorder that keeps
-//! every sample, and URL helpers.
+//! every sample, URL helpers, and the history checker:
+//!
+//! - [`history`]: the events of a run (claims, tenures, their ends), one JSON
+//!   line each;
+//! - [`json`]: the flat JSON objects of a history, written and read by hand
+//!   (no serde: one line format does not earn its build time);
+//! - [`check`]: the checker, which reads a history and names every violation
+//!   of the protocol's guarantees (no overlap, terms, stepping down,
+//!   instants). lease-bench's soak judges its runs with it, and
+//!   lease-scheduler's tests their rounds.
 //!
 //! It depends on no crate of the workspace, so that any of them (lease-core
 //! included) can take it as a dev-dependency. It is not published: the
@@ -9,6 +18,9 @@
 //! policy) live in `lease-conformance`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod check;
+pub mod history;
+pub mod json;
 pub mod metrics;
 pub mod url;
 
@@ -110,9 +122,9 @@ pub fn chain(err: &dyn Error) -> String {
 /// guard is dropped, wherever that happens: on a thread of its own, with a
 /// runtime of its own, joined before `drop` returns (a test's runtime may
 /// be shutting down, or be the current-thread one that the clean-up's
-/// connections would need). Give the store it cleans up after to the guard
-/// (`lease_conformance::intercept::Intercepted::keeping`), so that it runs
-/// when the last clone of the store goes.
+/// connections would need). A conformance factory returns it beside the
+/// store it cleans up after (`lease_conformance::factory`): the suite drops
+/// it once the case is over and its runtime shut down.
 ///
 /// ```
 /// use std::sync::atomic::{AtomicBool, Ordering};

@@ -34,8 +34,8 @@ use tokio::time::{Instant, sleep};
 
 use super::contender::Contender;
 use super::recorder::{Recorder, emit};
-use crate::history::{Event, StopCause};
 use crate::plant::Plant;
+use lease_testkit::history::{Event, StopCause};
 
 /// The most a capability waits, after recording its end, for the database's
 /// clock to pass it before it lets the name go.

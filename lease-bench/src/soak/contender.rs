@@ -12,8 +12,8 @@ use tokio::time::{Instant, sleep, timeout};
 use super::recorder::{Recorder, RecordingStore, emit};
 use super::rng::Rng;
 use super::{BoxResult, CLOCK_READ_BOUND, EVERY_MS, LEADERS, job_name, leader_name, timings};
-use crate::history::{Event, StopCause};
 use crate::plant::Plant;
+use lease_testkit::history::{Event, StopCause};
 
 /// One contender process.
 pub(crate) struct Contender {

@@ -41,7 +41,7 @@
 //! 500 ms, local deadline 2 s, grace 300 ms.
 //!
 //! Every attempt, tenure and end goes to the history (JSON lines, see
-//! [`history`](crate::history)), and the checker ([`check`](crate::check))
+//! [`history`](lease_testkit::history)), and the checker ([`check`](lease_testkit::check))
 //! runs on it at the end, with the same rules for every name: no two tenures
 //! overlap (never two runs of a lock at once, never two leaders, never two
 //! rounds of a job), terms +1 per change of hands, a holder that lost steps

@@ -17,9 +17,9 @@ use super::procs::{Holding, Orchestra, Proc, write_history};
 use super::report::print_report;
 use super::rng::Rng;
 use super::{Args, BoxResult, PROGRESS_EVERY};
-use crate::check;
-use crate::history::{Event, parse_history};
 use crate::url::{Backend, sqlite_path};
+use lease_testkit::check;
+use lease_testkit::history::{Event, parse_history};
 
 /// The faults the orchestrator injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,9 +14,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::BoxResult;
-use crate::history::Event;
 use crate::plant::Plant;
 use crate::url::{Backend, host_port, through};
+use lease_testkit::history::Event;
 
 /// A contender process and what stands between it and the database.
 pub(crate) struct Proc {

@@ -28,7 +28,7 @@ use tokio::time::{Instant, timeout};
 
 use super::CLOCK_READ_BOUND;
 use crate::clock::DbClock;
-use crate::history::Event;
+use lease_testkit::history::Event;
 
 /// Writes one event to standard output, the orchestrator's pipe.
 pub(crate) fn emit(event: &Event) {

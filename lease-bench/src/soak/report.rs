@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use super::Args;
 use super::orchestrator::Faults;
-use crate::check::{End, Report};
-use crate::history::StopCause;
+use lease_testkit::check::{End, Report};
+use lease_testkit::history::StopCause;
 
 /// Prints what the soak did and what the checker found.
 pub(crate) fn print_report(report: &Report, faults: &Faults, args: &Args) {

@@ -2,7 +2,7 @@
 //! job saw, and the scheduler's promises checked over it.
 //!
 //! The safety rule on instants (at most twice, the second only as a rerun
-//! after a first round cut short) is the soak's, `lease_bench::check::instants`,
+//! after a first round cut short) is the soak's, `lease_testkit::check::instants`,
 //! which judges the scheduler under faults too: one rule, one place. What is
 //! particular to these fault-free tests (every instant of the window ran, a
 //! round cut short ran again, the clock is this machine's) stays here.
@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lease_bench::check::{End, Tenure, TenureId, Violation, instants};
-use lease_bench::history::StopCause;
+use lease_testkit::check::{End, Tenure, TenureId, Violation, instants};
+use lease_testkit::history::StopCause;
 
 /// The jobs each replica of the in-process test runs: `<prefix>-0` ..
 /// `<prefix>-{JOBS-1}`, `@every 1s` (the cross-process test runs more).
@@ -106,7 +106,7 @@ fn tenures(recs: &[Rec], job: usize) -> Vec<Tenure> {
         .collect()
 }
 
-/// Violations of the instant rule (lease_bench's) by the rounds of `job`.
+/// Violations of the instant rule (lease-testkit's, the soak's) by the rounds of `job`.
 fn instant_violations(recs: &[Rec], job: usize) -> Vec<Violation> {
     let mut out = Vec::new();
     instants(&format!("job {job}"), &tenures(recs, job), &mut out);

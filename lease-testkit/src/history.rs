@@ -1,7 +1,7 @@
 //! The events of a soak run: one JSON line each.
 //!
 //! Every time is the **database's** clock in UTC milliseconds, or a bound on
-//! it (see [`clock`](crate::clock)): a lower bound where the checker needs
+//! it (lease-bench's `clock` module): a lower bound where the checker needs
 //! something to have happened no earlier (a claim, the start of the work),
 //! an upper bound where it needs something to have happened no later (the
 //! end of the work).
@@ -15,7 +15,7 @@
 //! refusal or failure, and their work writes the claim and the stop; an
 //! attempt that claimed but whose work never started stays without an
 //! outcome, and counts as unknown (see
-//! [`soak::recorder`](crate::soak::recorder)). The soak's orchestrator adds [`Event::Killed`] for a
+//! lease-bench's `soak::recorder`). The soak's orchestrator adds [`Event::Killed`] for a
 //! process it killed (its tenures still open end there) and [`Event::Fault`]
 //! for the record.
 
