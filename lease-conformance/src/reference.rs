@@ -1,828 +1,154 @@
-//! A reference store in memory, and the faults that break it on purpose.
+//! The reference store in memory, the faults that break it on purpose, and
+//! the cases of the suite each fault fails.
 //!
-//! [`MemoryStore`] implements the protocol in plain Rust over a mutex: the
-//! model the suite is checked against. Built with a [`Fault`], it breaks one
-//! rule of the protocol, the way a backend might by mistake, and the suite's
-//! own tests show that the matching cases then fail. It keeps nothing across
-//! processes, so it is no backend for production.
+//! [`MemoryStore`] is the protocol in plain Rust over a mutex, the model the
+//! suite is checked against: lease-core's, behind its `test-util` feature
+//! (`lease_core::memory`), re-exported here. Built with a [`Fault`], it
+//! breaks one rule of the protocol, the way a backend might by mistake, and
+//! [`CAUGHT_BY`] names the cases that must then fail: this crate's own tests
+//! run them and show that they do (the suite has teeth). It keeps nothing
+//! across processes, so it is no backend for production.
 //!
 //! It also serves as a store for tests of code built on the protocol: on
 //! Tokio's clock ([`MemoryStore::on_tokio_clock`]) paused time moves its
 //! expiries, and [`MemoryStore::row`] / [`MemoryStore::set_row`] read and
 //! plant rows directly. A test wrapper that injects faults or records the
 //! calls is a [`ForwardingStore`](lease_core::ForwardingStore) over it.
+//!
+//! ```
+//! use lease_conformance::reference::{CAUGHT_BY, Fault, MemoryStore, Row};
+//!
+//! let store = MemoryStore::with_fault(Fault::FrozenTerm).migrated();
+//! store.set_row("job", Row { term: 3, ..Row::default() });
+//! assert_eq!(store.row("job").map(|r| r.term), Some(3));
+//! assert!(CAUGHT_BY.iter().any(|(fault, _)| *fault == Fault::FrozenTerm));
+//! ```
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+pub use lease_core::memory::{Fault, MemoryStore, Row};
 
-use async_trait::async_trait;
-use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, InstantRecord,
-    LeaseInfo, LeaseStore, Token, Unfinished,
-};
-
-/// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Fault {
-    /// Claims ignore expiry: a held name is taken.
-    IgnoresExpiry,
-    /// The term never moves past 1.
-    FrozenTerm,
-    /// A claim reads, yields, then writes: concurrent claimants can all win.
-    RacyClaim,
-    /// A renewal matches the name only, not the holder.
-    RenewIgnoresHolder,
-    /// A renewal matches an expired lease.
-    RenewIgnoresExpiry,
-    /// A renewal does not move the expiry.
-    RenewDoesNotExtend,
-    /// A renewal answers a now other than the one it wrote with (a minute
-    /// behind: the claim's, a cached one, the process's).
-    RenewReturnsStaleNow,
-    /// verify matches an expired lease.
-    VerifyIgnoresExpiry,
-    /// A release reports success but leaves the lease to run out.
-    ReleaseKeepsLease,
-    /// Names compare without case.
-    CaseInsensitiveNames,
-    /// Trailing spaces are ignored when names compare (SQL's PAD SPACE).
-    PadSpaceNames,
-    /// The clock counts seconds, not milliseconds.
-    ClockInSeconds,
-    /// An instant claim does not require a later instant.
-    InstantOrderIgnored,
-    /// An instant claim reports nothing given up.
-    SupersededNotReported,
-    /// finish takes `passed` along even when it is in the database's future.
-    FinishTakesFuturePassed,
-    /// finish's fallback records the end whatever instant is unfinished.
-    FinishFallbackIgnoresInstant,
-    /// finish without the lease records nothing.
-    FinishWithoutLeaseRecordsNothing,
-    /// find ignores expiry: instants of rounds still running are found.
-    FindIgnoresExpiry,
-    /// Claim again does not compare the term.
-    RerunIgnoresTerm,
-    /// Claim again does not mark the instant as rerun.
-    RerunNotRecorded,
-    /// migrate fails when the table exists already.
-    MigrateNotIdempotent,
-    /// A claim over an existing row leaves its instance as it was.
-    InstanceNotRecorded,
-    /// get and list read the row without the database's now (0), so an
-    /// expired lease reads as held.
-    InfoWithoutClock,
-    /// list ignores the prefix and the limit.
-    ListIgnoresPrefix,
-    /// A forced release frees the name whatever its term.
-    ForceReleaseIgnoresTerm,
-    /// A missing table is not told apart from a passing failure.
-    MissingTableUnclassified,
-}
-
-impl Fault {
-    /// Every fault, with the cases of the suite that must fail under it.
-    pub const CAUGHT_BY: &'static [(Fault, &'static [&'static str])] = &[
-        (
-            Fault::IgnoresExpiry,
-            &[
-                "claim_of_held_name_is_refused_and_term_unchanged",
-                "concurrent_claims_of_fresh_name_have_one_winner",
-                "lock_runs_once_among_sixteen_lockers",
-            ],
-        ),
-        (
-            Fault::FrozenTerm,
-            &[
-                "claim_after_expiry_takes_over_with_next_term",
-                "claim_after_release_takes_over_with_next_term_and_new_token",
-            ],
-        ),
-        (
-            Fault::RacyClaim,
-            &[
-                "concurrent_claims_of_fresh_name_have_one_winner",
-                "concurrent_claims_of_expired_name_have_one_winner",
-            ],
-        ),
-        (
-            Fault::RenewIgnoresHolder,
-            &[
-                "renew_after_takeover_is_lost",
-                "hold_ends_context_as_not_this_holders_after_takeover",
-            ],
-        ),
-        (
-            Fault::RenewIgnoresExpiry,
-            &["renew_after_expiry_is_lost_even_without_successor"],
-        ),
-        (
-            Fault::RenewDoesNotExtend,
-            &[
-                "renew_keeps_name_past_lease_duration",
-                "renew_extends_the_lease_from_now",
-            ],
-        ),
-        (
-            Fault::RenewReturnsStaleNow,
-            &["renew_answers_the_database_now_it_wrote_with"],
-        ),
-        (
-            Fault::VerifyIgnoresExpiry,
-            &[
-                "verify_after_expiry_without_successor_is_lost",
-                "verify_after_release_is_lost",
-            ],
-        ),
-        (Fault::ReleaseKeepsLease, &["release_frees_name_at_once"]),
-        (Fault::CaseInsensitiveNames, &["names_compare_exactly"]),
-        (Fault::PadSpaceNames, &["names_compare_exactly"]),
-        (
-            Fault::ClockInSeconds,
-            &["database_clock_is_utc_millis_near_process_clock"],
-        ),
-        (
-            Fault::InstantOrderIgnored,
-            &["instant_claim_not_later_than_last_is_refused"],
-        ),
-        (
-            Fault::SupersededNotReported,
-            &[
-                "instant_claim_gives_up_cut_short_round",
-                "superseded_instant_reports_its_rerun",
-            ],
-        ),
-        (
-            Fault::FinishTakesFuturePassed,
-            &["finish_does_not_take_along_passed_in_database_future"],
-        ),
-        (
-            Fault::FinishFallbackIgnoresInstant,
-            &["finish_after_later_instant_claimed_records_nothing"],
-        ),
-        (
-            Fault::FinishWithoutLeaseRecordsNothing,
-            &[
-                "finish_after_name_changed_hands_records_end_and_is_lost",
-                "finish_on_known_lost_handle_records_end_without_giving_back",
-            ],
-        ),
-        (
-            Fault::FindIgnoresExpiry,
-            &["unfinished_found_only_after_expiry"],
-        ),
-        (
-            Fault::RerunIgnoresTerm,
-            &["stale_rerun_claim_is_refused_by_its_term"],
-        ),
-        (
-            Fault::RerunNotRecorded,
-            &["rerun_claims_a_cut_short_instant_exactly_once"],
-        ),
-        (
-            Fault::MigrateNotIdempotent,
-            &["migrate_again_keeps_existing_leases"],
-        ),
-        (
-            Fault::InstanceNotRecorded,
-            &["get_after_takeover_names_the_successor"],
-        ),
-        (
-            Fault::InfoWithoutClock,
-            &[
-                "get_of_expired_lease_is_not_held",
-                "get_of_held_lease_reads_instance_term_and_time_left",
-            ],
-        ),
-        (
-            Fault::ListIgnoresPrefix,
-            &["list_reads_names_with_prefix_in_byte_order_up_to_limit"],
-        ),
-        (
-            Fault::ForceReleaseIgnoresTerm,
-            &["force_release_frees_only_the_term_read"],
-        ),
-        (
-            Fault::MissingTableUnclassified,
-            &["statement_on_a_missing_table_says_to_migrate_and_is_not_retried"],
-        ),
-    ];
-}
-
-/// What every statement on a table not yet migrated fails with.
-const NO_TABLE: &str = "no such table: the lease table was not migrated";
-
-/// A row of a [`MemoryStore`]'s lease table: the columns of the protocol's
-/// table, read with [`MemoryStore::row`] and planted with
-/// [`MemoryStore::set_row`]. The default is a row no one holds and no
-/// instant was ever claimed on (term 0, every time 0).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Row {
-    /// The holder's token.
-    pub holder: String,
-    /// The holding instance.
-    pub instance: String,
-    /// The term: 1 for the first claim, one more for each claim after.
-    pub term: u64,
-    /// When the lease runs out, in UTC ms of the store's clock (0: released).
-    pub expires_at_ms: i64,
-    /// The last instant claimed (0: none).
-    pub slot_ms: i64,
-    /// The instant whose round has not finished (0: none).
-    pub unfinished_slot_ms: i64,
-    /// The instant claimed a second time (0: none).
-    pub rerun_slot_ms: i64,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    created: bool,
-    rows: HashMap<String, Row>,
-}
-
-/// Where a [`MemoryStore`] reads its now.
-#[derive(Debug, Clone, Copy, Default)]
-enum Clock {
-    /// The system's clock, as a database's.
-    #[default]
-    System,
-    /// `start_ms` plus the time Tokio's clock has moved since `base`.
-    Tokio {
-        base: tokio::time::Instant,
-        start_ms: i64,
-    },
-}
-
-/// The protocol in memory: a reference model, optionally with a [`Fault`].
-///
-/// Like a database, it answers nothing before [`migrate`](LeaseStore::migrate)
-/// (or [`migrated`](Self::migrated)), and reads the system's clock unless
-/// put [`on_tokio_clock`](Self::on_tokio_clock).
-#[derive(Debug, Default)]
-pub struct MemoryStore {
-    fault: Option<Fault>,
-    clock: Clock,
-    table: Mutex<Table>,
-}
-
-impl MemoryStore {
-    /// A correct store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A store that breaks one rule.
-    pub fn with_fault(fault: Fault) -> Self {
-        MemoryStore {
-            fault: Some(fault),
-            ..Self::default()
-        }
-    }
-
-    /// This store with its table created, as after
-    /// [`migrate`](LeaseStore::migrate): for tests that build it outside
-    /// async code.
-    ///
-    /// ```
-    /// use lease_conformance::reference::{MemoryStore, Row};
-    ///
-    /// let store = MemoryStore::new().migrated();
-    /// store.set_row("job", Row { term: 3, ..Row::default() });
-    /// assert_eq!(store.row("job").map(|r| r.term), Some(3));
-    /// ```
-    #[must_use]
-    pub fn migrated(mut self) -> Self {
-        self.table
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .created = true;
-        self
-    }
-
-    /// This store on Tokio's clock: its now is `start_ms` (UTC ms) plus the
-    /// time [`tokio::time::Instant`] has moved since this call. On paused
-    /// time (`#[tokio::test(start_paused = true)]`) leases then expire as
-    /// the test advances time, not as the wall clock runs, and a test knows
-    /// the store's clock to the millisecond.
-    ///
-    /// Call it in the runtime whose clock the store should follow (outside
-    /// one, Tokio's clock is the system's monotonic clock).
-    ///
-    /// ```
-    /// use lease_conformance::reference::MemoryStore;
-    ///
-    /// // 2025-12-01T10:00:00Z
-    /// let store = MemoryStore::new().on_tokio_clock(1_764_583_200_000);
-    /// let now = store.now();
-    /// assert!((1_764_583_200_000..1_764_583_260_000).contains(&now));
-    /// ```
-    #[must_use]
-    pub fn on_tokio_clock(mut self, start_ms: i64) -> Self {
-        self.clock = Clock::Tokio {
-            base: tokio::time::Instant::now(),
-            start_ms,
-        };
-        self
-    }
-
-    /// The store's now in UTC ms, as its statements read it (and as
-    /// [`now_ms`](LeaseStore::now_ms) answers it).
-    pub fn now(&self) -> i64 {
-        let ms = match self.clock {
-            Clock::System => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                .unwrap_or(0),
-            Clock::Tokio { base, start_ms } => start_ms
-                .saturating_add(i64::try_from(base.elapsed().as_millis()).unwrap_or(i64::MAX)),
-        };
-        if self.has(Fault::ClockInSeconds) {
-            ms / 1000
-        } else {
-            ms
-        }
-    }
-
-    /// The row of `name`, if it has one: read directly, not through a
-    /// statement (so also before the table is migrated).
-    pub fn row(&self, name: &str) -> Option<Row> {
-        self.table().rows.get(&self.key(name)).cloned()
-    }
-
-    /// Plants `row` as the row of `name`, replacing any: the state a test
-    /// starts from (a round cut short, an instant claimed long ago).
-    pub fn set_row(&self, name: &str, row: Row) {
-        let _ = self.table().rows.insert(self.key(name), row);
-    }
-
-    /// The table for [`row`](Self::row) and [`set_row`](Self::set_row),
-    /// even after a panic elsewhere: a test wants to see the rows then too.
-    fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn has(&self, fault: Fault) -> bool {
-        self.fault == Some(fault)
-    }
-
-    fn key(&self, name: &str) -> String {
-        if self.has(Fault::CaseInsensitiveNames) {
-            name.to_lowercase()
-        } else if self.has(Fault::PadSpaceNames) {
-            name.trim_end_matches(' ').to_owned()
-        } else {
-            name.to_owned()
-        }
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut Table) -> Result<T, BoxError>) -> Result<T, BoxError> {
-        let mut table = self
-            .table
-            .lock()
-            .map_err(|_| BoxError::from("the memory store's lock is poisoned"))?;
-        if !table.created {
-            return Err(NO_TABLE.into());
-        }
-        f(&mut table)
-    }
-
-    fn info(&self, name: &str, row: &Row) -> LeaseInfo {
-        LeaseInfo {
-            name: name.to_owned(),
-            instance: row.instance.clone(),
-            term: row.term,
-            expires_at_ms: row.expires_at_ms,
-            now_ms: if self.has(Fault::InfoWithoutClock) {
-                0
-            } else {
-                self.now()
-            },
-            slot_ms: row.slot_ms,
-            unfinished_slot_ms: row.unfinished_slot_ms,
-            rerun_slot_ms: row.rerun_slot_ms,
-        }
-    }
-
-    fn next_term(&self, term: u64) -> u64 {
-        if self.has(Fault::FrozenTerm) {
-            1
-        } else {
-            term + 1
-        }
-    }
-
-    fn new_row(holder: &str, instance: &str, expires_at_ms: i64, slot_ms: i64) -> Row {
-        Row {
-            holder: holder.to_owned(),
-            instance: instance.to_owned(),
-            term: 1,
-            expires_at_ms,
-            slot_ms,
-            unfinished_slot_ms: slot_ms,
-            rerun_slot_ms: 0,
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseStore for MemoryStore {
-    async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        let key = self.key(name);
-        if self.has(Fault::RacyClaim) {
-            let free = self.with(|t| {
-                let now = self.now();
-                Ok(t.rows.get(&key).is_none_or(|r| r.expires_at_ms <= now))
-            })?;
-            if !free {
-                return Ok(None);
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            return self.with(|t| {
-                let now = self.now();
-                let term = t.rows.get(&key).map_or(1, |r| r.term + 1);
-                let row = t
-                    .rows
-                    .entry(key.clone())
-                    .or_insert_with(|| Self::new_row(holder, instance, now + lease_ms, 0));
-                row.holder = holder.to_owned();
-                if !self.has(Fault::InstanceNotRecorded) {
-                    row.instance = instance.to_owned();
-                }
-                row.term = term;
-                row.expires_at_ms = now + lease_ms;
-                Ok(Some(term))
-            });
-        }
-        self.with(|t| {
-            let now = self.now();
-            match t.rows.get_mut(&key) {
-                None => {
-                    let _ = t
-                        .rows
-                        .insert(key, Self::new_row(holder, instance, now + lease_ms, 0));
-                    Ok(Some(1))
-                }
-                Some(row) if row.expires_at_ms <= now || self.has(Fault::IgnoresExpiry) => {
-                    row.holder = holder.to_owned();
-                    if !self.has(Fault::InstanceNotRecorded) {
-                        row.instance = instance.to_owned();
-                    }
-                    row.term = self.next_term(row.term);
-                    row.expires_at_ms = now + lease_ms;
-                    Ok(Some(row.term))
-                }
-                Some(_) => Ok(None),
-            }
-        })
-    }
-
-    async fn renew(
-        &self,
-        name: &str,
-        token: Token<'_>,
-        lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
-        let holder = token.expose();
-        self.with(|t| {
-            let now = self.now();
-            match t.rows.get_mut(&self.key(name)) {
-                Some(row)
-                    if (row.holder == holder || self.has(Fault::RenewIgnoresHolder))
-                        && (row.expires_at_ms > now || self.has(Fault::RenewIgnoresExpiry)) =>
-                {
-                    if !self.has(Fault::RenewDoesNotExtend) {
-                        row.expires_at_ms = now + lease_ms;
-                    }
-                    if self.has(Fault::RenewReturnsStaleNow) {
-                        Ok(Some(now - 60_000))
-                    } else {
-                        Ok(Some(now))
-                    }
-                }
-                _ => Ok(None),
-            }
-        })
-    }
-
-    /// One renewal after the other: this store has no batch statement.
-    async fn renew_many(
-        &self,
-        leases: &[(&str, Token<'_>)],
-        lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
-        lease_core::renew_each(self, leases, lease_ms).await
-    }
-
-    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
-        let holder = token.expose();
-        self.with(|t| {
-            let now = self.now();
-            Ok(t.rows.get(&self.key(name)).and_then(|row| {
-                (row.holder == holder
-                    && (row.expires_at_ms > now || self.has(Fault::VerifyIgnoresExpiry)))
-                .then_some(row.term)
-            }))
-        })
-    }
-
-    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
-        let holder = token.expose();
-        self.with(|t| match t.rows.get_mut(&self.key(name)) {
-            Some(row) if row.holder == holder => {
-                if !self.has(Fault::ReleaseKeepsLease) {
-                    row.expires_at_ms = 0;
-                }
-                Ok(true)
-            }
-            _ => Ok(false),
-        })
-    }
-
-    async fn claim_instant(
-        &self,
-        claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<InstantClaim, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        self.with(|t| {
-            let now = self.now();
-            let key = self.key(name);
-            let Some(row) = t.rows.get_mut(&key) else {
-                let _ = t.rows.insert(
-                    key,
-                    Self::new_row(holder, instance, now + lease_ms, slot_ms),
-                );
-                return Ok(InstantClaim::Claimed {
-                    term: 1,
-                    superseded: None,
-                });
-            };
-            let later = slot_ms > row.slot_ms || self.has(Fault::InstantOrderIgnored);
-            if row.expires_at_ms > now || !later {
-                return Ok(InstantClaim::Refused);
-            }
-            let superseded = InstantRecord {
-                slot_ms: row.slot_ms,
-                unfinished_slot_ms: row.unfinished_slot_ms,
-                rerun_slot_ms: row.rerun_slot_ms,
-            }
-            .superseded(name, row.term)
-            .filter(|_| !self.has(Fault::SupersededNotReported));
-            row.holder = holder.to_owned();
-            if !self.has(Fault::InstanceNotRecorded) {
-                row.instance = instance.to_owned();
-            }
-            row.term = self.next_term(row.term);
-            row.expires_at_ms = now + lease_ms;
-            row.slot_ms = slot_ms;
-            row.unfinished_slot_ms = slot_ms;
-            Ok(InstantClaim::Claimed {
-                term: row.term,
-                superseded,
-            })
-        })
-    }
-
-    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
-        let FinishRequest {
-            name,
-            token,
-            instant_ms: slot_ms,
-            passed_ms,
-        } = finish;
-        let holder = token.map(Token::expose);
-        self.with(|t| {
-            let now = self.now();
-            let Some(row) = t.rows.get_mut(&self.key(name)) else {
-                return Ok(Finished::NotRecorded);
-            };
-            if holder.is_some_and(|h| h == row.holder) {
-                row.expires_at_ms = 0;
-                row.unfinished_slot_ms = 0;
-                let in_reach = passed_ms <= now || self.has(Fault::FinishTakesFuturePassed);
-                if passed_ms > row.slot_ms && in_reach {
-                    row.slot_ms = passed_ms;
-                }
-                return Ok(Finished::Released);
-            }
-            if self.has(Fault::FinishWithoutLeaseRecordsNothing) {
-                return Ok(Finished::NotRecorded);
-            }
-            if row.unfinished_slot_ms == slot_ms || self.has(Fault::FinishFallbackIgnoresInstant) {
-                row.unfinished_slot_ms = 0;
-                Ok(Finished::RecordedWithoutLease)
-            } else {
-                Ok(Finished::NotRecorded)
-            }
-        })
-    }
-
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
-        self.with(|t| {
-            let now = self.now();
-            Ok(names
-                .iter()
-                .filter_map(|name| {
-                    let row = t.rows.get(&self.key(name))?;
-                    (row.unfinished_slot_ms == row.slot_ms
-                        && row.rerun_slot_ms < row.slot_ms
-                        && (row.expires_at_ms <= now || self.has(Fault::FindIgnoresExpiry)))
-                    .then(|| {
-                        let instant = lease_core::UtcMillis::from_millis(row.slot_ms);
-                        Unfinished::new(*name, instant, false, row.term)
-                    })
-                })
-                .collect())
-        })
-    }
-
-    async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        self.with(|t| {
-            let now = self.now();
-            match t.rows.get_mut(&self.key(name)) {
-                Some(row)
-                    if (row.term == term || self.has(Fault::RerunIgnoresTerm))
-                        && row.unfinished_slot_ms == row.slot_ms
-                        && row.rerun_slot_ms < row.slot_ms
-                        && row.expires_at_ms <= now =>
-                {
-                    row.holder = holder.to_owned();
-                    if !self.has(Fault::InstanceNotRecorded) {
-                        row.instance = instance.to_owned();
-                    }
-                    row.term = self.next_term(row.term);
-                    row.expires_at_ms = now + lease_ms;
-                    if !self.has(Fault::RerunNotRecorded) {
-                        row.rerun_slot_ms = row.slot_ms;
-                    }
-                    Ok(true)
-                }
-                _ => Ok(false),
-            }
-        })
-    }
-
-    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.with(|t| Ok(t.rows.get(&self.key(name)).map(|row| row.slot_ms)))
-    }
-
-    async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        let key = self.key(name);
-        self.with(|t| {
-            let now = self.now();
-            Ok(match t.rows.get_mut(&key) {
-                Some(row)
-                    if (row.term == term || self.has(Fault::ForceReleaseIgnoresTerm))
-                        && row.expires_at_ms > now =>
-                {
-                    row.expires_at_ms = 0;
-                    true
-                }
-                _ => false,
-            })
-        })
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
-        let key = self.key(name);
-        self.with(|t| Ok(t.rows.get(&key).map(|row| self.info(&key, row))))
-    }
-
-    async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
-        self.with(|t| {
-            let mut names: Vec<&String> = t.rows.keys().collect();
-            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            let ignore = self.has(Fault::ListIgnoresPrefix);
-            Ok(names
-                .into_iter()
-                .filter(|name| ignore || name.starts_with(prefix))
-                .take(if ignore { usize::MAX } else { limit as usize })
-                .map(|name| self.info(name, &t.rows[name]))
-                .collect())
-        })
-    }
-
-    async fn now_ms(&self) -> Result<i64, BoxError> {
-        Ok(self.now())
-    }
-
-    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
-        if self.has(Fault::MissingTableUnclassified) {
-            DbErrorKind::Unclassified
-        } else if error.to_string().starts_with(NO_TABLE) {
-            DbErrorKind::MissingTable
-        } else {
-            DbErrorKind::Other
-        }
-    }
-
-    async fn migrate(&self) -> Result<(), BoxError> {
-        let mut table = self
-            .table
-            .lock()
-            .map_err(|_| BoxError::from("the memory store's lock is poisoned"))?;
-        if table.created && self.has(Fault::MigrateNotIdempotent) {
-            return Err("table already exists".into());
-        }
-        table.created = true;
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(name: &str, lease_ms: i64) -> ClaimRequest<'_> {
-        ClaimRequest {
-            name,
-            token: Token::new("token"),
-            instance: "web-1",
-            lease_ms,
-        }
-    }
-
-    #[tokio::test]
-    async fn on_tokio_clock_counts_from_its_start_and_expires_leases_by_it() {
-        let store = MemoryStore::new().migrated().on_tokio_clock(1_000);
-        let start = store.now();
-        assert!((1_000..61_000).contains(&start), "{start}");
-        assert_eq!(store.now_ms().await.unwrap(), store.now());
-        assert_eq!(store.claim(request("a", 30)).await.unwrap(), Some(1));
-        let row = store.row("a").unwrap();
-        assert!(row.expires_at_ms >= start + 30, "{row:?}");
-        tokio::time::sleep(Duration::from_millis(80)).await;
-        assert!(store.now() >= start + 80);
-        assert_eq!(
-            store.verify("a", Token::new("token")).await.unwrap(),
-            None,
-            "expired by the store's clock"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_planted_row_is_what_the_statements_find() {
-        let store = MemoryStore::new().migrated();
-        let now = store.now();
-        store.set_row(
-            "job",
-            Row {
-                term: 3,
-                slot_ms: now - 60_000,
-                unfinished_slot_ms: now - 60_000,
-                ..Row::default()
-            },
-        );
-        let found = store.find_unfinished(&["job"]).await.unwrap();
-        assert_eq!(found.len(), 1);
-        assert_eq!(
-            (found[0].term(), found[0].instant.as_millis()),
-            (3, now - 60_000)
-        );
-        assert!(store.claim_rerun(request("job", 15_000), 3).await.unwrap());
-        let row = store.row("job").unwrap();
-        assert_eq!((row.term, row.rerun_slot_ms), (4, now - 60_000));
-        assert_eq!(
-            (row.holder.as_str(), row.instance.as_str()),
-            ("token", "web-1")
-        );
-        assert_eq!(store.row("other"), None);
-    }
-
-    #[tokio::test]
-    async fn without_migrate_statements_fail_as_on_a_missing_table() {
-        let store = MemoryStore::new();
-        let err = store.last_instant("job").await.unwrap_err();
-        assert_eq!(store.classify(&*err), DbErrorKind::MissingTable);
-        assert_eq!(
-            MemoryStore::new()
-                .migrated()
-                .last_instant("job")
-                .await
-                .unwrap(),
-            None
-        );
-    }
-}
+/// Every fault, with the cases of the suite that must fail under it.
+pub const CAUGHT_BY: &[(Fault, &[&str])] = &[
+    (
+        Fault::IgnoresExpiry,
+        &[
+            "claim_of_held_name_is_refused_and_term_unchanged",
+            "concurrent_claims_of_fresh_name_have_one_winner",
+            "lock_runs_once_among_sixteen_lockers",
+        ],
+    ),
+    (
+        Fault::FrozenTerm,
+        &[
+            "claim_after_expiry_takes_over_with_next_term",
+            "claim_after_release_takes_over_with_next_term_and_new_token",
+        ],
+    ),
+    (
+        Fault::RacyClaim,
+        &[
+            "concurrent_claims_of_fresh_name_have_one_winner",
+            "concurrent_claims_of_expired_name_have_one_winner",
+        ],
+    ),
+    (
+        Fault::RenewIgnoresHolder,
+        &[
+            "renew_after_takeover_is_lost",
+            "hold_ends_context_as_not_this_holders_after_takeover",
+        ],
+    ),
+    (
+        Fault::RenewIgnoresExpiry,
+        &["renew_after_expiry_is_lost_even_without_successor"],
+    ),
+    (
+        Fault::RenewDoesNotExtend,
+        &[
+            "renew_keeps_name_past_lease_duration",
+            "renew_extends_the_lease_from_now",
+        ],
+    ),
+    (
+        Fault::RenewReturnsStaleNow,
+        &["renew_answers_the_database_now_it_wrote_with"],
+    ),
+    (
+        Fault::VerifyIgnoresExpiry,
+        &[
+            "verify_after_expiry_without_successor_is_lost",
+            "verify_after_release_is_lost",
+        ],
+    ),
+    (Fault::ReleaseKeepsLease, &["release_frees_name_at_once"]),
+    (Fault::CaseInsensitiveNames, &["names_compare_exactly"]),
+    (Fault::PadSpaceNames, &["names_compare_exactly"]),
+    (
+        Fault::ClockInSeconds,
+        &["database_clock_is_utc_millis_near_process_clock"],
+    ),
+    (
+        Fault::InstantOrderIgnored,
+        &["instant_claim_not_later_than_last_is_refused"],
+    ),
+    (
+        Fault::SupersededNotReported,
+        &[
+            "instant_claim_gives_up_cut_short_round",
+            "superseded_instant_reports_its_rerun",
+        ],
+    ),
+    (
+        Fault::FinishTakesFuturePassed,
+        &["finish_does_not_take_along_passed_in_database_future"],
+    ),
+    (
+        Fault::FinishFallbackIgnoresInstant,
+        &["finish_after_later_instant_claimed_records_nothing"],
+    ),
+    (
+        Fault::FinishWithoutLeaseRecordsNothing,
+        &[
+            "finish_after_name_changed_hands_records_end_and_is_lost",
+            "finish_on_known_lost_handle_records_end_without_giving_back",
+        ],
+    ),
+    (
+        Fault::FindIgnoresExpiry,
+        &["unfinished_found_only_after_expiry"],
+    ),
+    (
+        Fault::RerunIgnoresTerm,
+        &["stale_rerun_claim_is_refused_by_its_term"],
+    ),
+    (
+        Fault::RerunNotRecorded,
+        &["rerun_claims_a_cut_short_instant_exactly_once"],
+    ),
+    (
+        Fault::MigrateNotIdempotent,
+        &["migrate_again_keeps_existing_leases"],
+    ),
+    (
+        Fault::InstanceNotRecorded,
+        &["get_after_takeover_names_the_successor"],
+    ),
+    (
+        Fault::InfoWithoutClock,
+        &[
+            "get_of_expired_lease_is_not_held",
+            "get_of_held_lease_reads_instance_term_and_time_left",
+        ],
+    ),
+    (
+        Fault::ListIgnoresPrefix,
+        &["list_reads_names_with_prefix_in_byte_order_up_to_limit"],
+    ),
+    (
+        Fault::ForceReleaseIgnoresTerm,
+        &["force_release_frees_only_the_term_read"],
+    ),
+    (
+        Fault::MissingTableUnclassified,
+        &["statement_on_a_missing_table_says_to_migrate_and_is_not_retried"],
+    ),
+];

@@ -166,16 +166,37 @@ impl LeaseContext {
         self.state().record().cause
     }
 
-    /// Ends the context with `cause`, unless it already has a cause. For a
-    /// loss, marks the handle lost before the token ends, and tells
-    /// [`run`](crate::run) even when the context had already ended for
-    /// another reason.
+    /// Ends the context with `cause`, as the renewals do when the lease is
+    /// lost or they stop: for the tests of code that runs on a context (a
+    /// guarded transaction ended in the middle, say). Needs the `test-util`
+    /// feature.
     ///
-    /// What the renewals do when the lease is lost or they stop; public for
-    /// the tests of the backends' guarded transactions only, which end a
-    /// context in the middle of one. Not part of the API.
-    #[doc(hidden)]
+    /// Unless the context already has a cause: for a loss, marks the handle
+    /// lost before the token ends, and tells [`run`](crate::run) even when
+    /// the context had already ended for another reason.
+    ///
+    /// ```
+    /// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+    /// use lease_core::{CancellationToken, EndCause, LostCause};
+    ///
+    /// if let Some(handle) = leases.claim("job").await? {
+    ///     let holder = handle.hold(&CancellationToken::new());
+    ///     holder.context().end(EndCause::Lost(LostCause::NotHolder));
+    ///     assert!(handle.lost());
+    ///     holder.stop().await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn end(&self, cause: EndCause) {
+        self.end_with(cause);
+    }
+
+    /// Ends the context with `cause`, unless it already has a cause (see
+    /// [`end`](Self::end)): what the renewals do when the lease is lost or
+    /// they stop.
+    pub(crate) fn end_with(&self, cause: EndCause) {
         let _ = self.state().apply(Event::ending(cause));
     }
 

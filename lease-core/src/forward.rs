@@ -281,7 +281,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
-    use crate::memtable::MemTable;
+    use crate::testing::Table;
 
     /// Counts `before` calls, refuses verification, and doubles every
     /// claim's term (to show an override is the wrapper's own method).
@@ -321,7 +321,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wrapper_changes_what_it_names_and_forwards_the_rest_through_before() {
-        let inner: Arc<dyn LeaseStore> = Arc::new(MemTable::new());
+        let inner: Arc<dyn LeaseStore> = Arc::new(Table::new());
         let wrapper = Wrapper {
             inner: inner.clone(),
             before: AtomicU64::new(0),

@@ -119,8 +119,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_handle_answers_its_stores_guard_statement_and_hides_its_token() {
-        use crate::memtable::MemTable;
-        let leases = crate::Leases::new(MemTable::new());
+        use crate::testing::Table;
+        let leases = crate::Leases::new(Table::new());
         let handle = leases.claim("job").await.unwrap().unwrap();
         // The test table offers no guard: the trait's default.
         assert_eq!(handle.guard_statement(), None);

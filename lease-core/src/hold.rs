@@ -198,7 +198,7 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
         }
     }
     tracing::debug!("lease renewals stopped");
-    ctx.end(EndCause::Stopped);
+    ctx.end_with(EndCause::Stopped);
 }
 
 /// What the renewal loop does next.
@@ -289,7 +289,7 @@ pub(crate) fn clock_step(prev: Observation, next: Observation, bound: Duration) 
 fn lose(ctx: &LeaseContext, cause: LostCause) {
     tracing::warn!(%cause, "lease lost");
     crate::metrics::loss(ctx.handle().name(), cause);
-    ctx.end(EndCause::Lost(cause));
+    ctx.end_with(EndCause::Lost(cause));
 }
 
 /// Gives the name back after a step-down at the local deadline, on a task of

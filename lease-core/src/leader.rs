@@ -471,9 +471,9 @@ mod tests {
 
     use super::*;
     use crate::LeaseState;
-    use crate::memtable::MemTable;
+    use crate::testing::Table;
 
-    fn replica(table: &Arc<MemTable>, instance: &str) -> Leases {
+    fn replica(table: &Arc<Table>, instance: &str) -> Leases {
         Leases::from_arc(table.clone())
             .with_instance(instance)
             .with_fail_hook(|e| panic!("the fail hook was reached: {e}"))
@@ -486,7 +486,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lone_replica_leads_until_shutdown_then_gives_the_name_back() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let events = Arc::new(Mutex::new(Vec::new()));
         let (e1, e2) = (events.clone(), events.clone());
         let leader = replica(&table, "a")
@@ -520,7 +520,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_follower_asks_every_five_to_six_seconds_and_names_the_leader() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let _ = table.steal("leader:billing", "b", 3_600_000);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
@@ -556,7 +556,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn work_that_returns_ends_the_tenure_and_the_campaign_goes_on() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let stops = Arc::new(Mutex::new(Vec::new()));
         let s = stops.clone();
         let leader = replica(&table, "a")
@@ -597,7 +597,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lost_lease_ends_the_tenure_without_giving_back_and_follows_the_thief() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let stops = Arc::new(Mutex::new(Vec::new()));
         let s = stops.clone();
         let leader = replica(&table, "a")
@@ -635,7 +635,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_killed_leader_is_replaced_after_expiry_within_one_campaign_interval() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let first = replica(&table, "a").leader("billing");
         let mut first_status = first.watch();
         let shutdown = CancellationToken::new();
@@ -680,7 +680,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn three_replicas_never_lead_at_once_and_shutdown_hands_over() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let leading = Arc::new(Mutex::new(Vec::<String>::new()));
         let overlaps = Arc::new(Mutex::new(0));
         let mut tokens = Vec::new();
@@ -732,7 +732,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_database_that_does_not_answer_is_campaigned_through() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         table.set_down(true);
         let leader = replica(&table, "a").leader("billing");
         let mut status = leader.watch();
@@ -750,7 +750,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_invalid_name_fails_before_any_statement() {
-        let table = Arc::new(MemTable::new());
+        let table = Arc::new(Table::new());
         let leader = replica(&table, "a").leader(&"x".repeat(200));
         let err = leader
             .run(&CancellationToken::new(), lead)

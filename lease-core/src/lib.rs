@@ -24,8 +24,9 @@ mod time;
 mod timings;
 mod token;
 
-#[cfg(test)]
-mod memtable;
+#[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod memory;
 #[cfg(test)]
 mod testing;
 

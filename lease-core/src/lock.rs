@@ -491,10 +491,10 @@ mod tests {
 
     use super::*;
     use crate::LeaseState;
-    use crate::memtable::MemTable;
+    use crate::testing::Table;
 
-    fn setup() -> (Arc<MemTable>, Leases) {
-        let table = Arc::new(MemTable::new());
+    fn setup() -> (Arc<Table>, Leases) {
+        let table = Arc::new(Table::new());
         let leases = Leases::from_arc(table.clone())
             .with_instance("me")
             .with_fail_hook(|e| panic!("the fail hook was reached: {e}"));

@@ -128,11 +128,11 @@ mod tests {
     use super::testing::Recorded;
     use super::*;
     use crate::Leases;
-    use crate::memtable::MemTable;
+    use crate::testing::Table;
 
     /// Runs `f` on a paused current-thread runtime with `recorder` as this
     /// thread's metrics recorder (every task runs on this thread).
-    fn recorded<F: Future<Output = ()>>(f: impl FnOnce(Arc<MemTable>) -> F) -> Recorded {
+    fn recorded<F: Future<Output = ()>>(f: impl FnOnce(Arc<Table>) -> F) -> Recorded {
         let recorder = Recorded::default();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -140,7 +140,7 @@ mod tests {
             .build()
             .unwrap();
         metrics::with_local_recorder(&recorder, || {
-            runtime.block_on(f(Arc::new(MemTable::new())));
+            runtime.block_on(f(Arc::new(Table::new())));
         });
         recorder
     }

@@ -1,4 +1,11 @@
-//! A scriptable store for the hold/run state machine's tests on paused time.
+//! The stores of lease-core's own tests on paused time: a scriptable store
+//! for the hold/run state machine (each renewal plays a step of a script),
+//! and the capabilities' lease table ([`Table`], the reference
+//! [`MemoryStore`](crate::memory::MemoryStore) with knobs).
+
+mod table;
+
+pub(crate) use table::Table;
 
 use std::collections::VecDeque;
 use std::future::pending;

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_conformance::reference::MemoryStore;
-pub use lease_conformance::reference::Row;
+use lease_core::memory::MemoryStore;
+pub use lease_core::memory::Row;
 use lease_core::{
     BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, ForwardingStore, InstantClaim,
     LeaseStore, Token, Unfinished,
