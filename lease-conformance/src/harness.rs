@@ -1,10 +1,11 @@
 //! What a case runs on, and how a case is run.
 
+use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lease_core::{LeaseStore, Leases, Timings};
@@ -12,10 +13,19 @@ use lease_core::{LeaseStore, Leases, Timings};
 use crate::counting::{Counter, CountingStore};
 use crate::intercept::Intercepted;
 
-/// A store factory, boxed: what [`Ctx::fresh_store`] calls.
-pub type Factory = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Option<Arc<dyn LeaseStore>>> + Send>> + Send + Sync,
->;
+/// What a factory gives a case: a fresh store of the backend under test,
+/// and the guard that cleans up after it (drops its table, removes its
+/// directory), boxed. The suite drops the guard once the case is over and
+/// its runtime shut down, so after every clone of the store the case made.
+pub type Fresh = (Arc<dyn LeaseStore>, Box<dyn Any + Send>);
+
+/// A store factory, boxed (see [`factory`]): what [`run_case`] and
+/// [`Ctx::fresh_store`] call.
+pub type Factory =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<Fresh>> + Send>> + Send + Sync>;
+
+/// The guards of the stores a case was given, dropped after the case.
+type Guards = Arc<Mutex<Vec<Box<dyn Any + Send>>>>;
 
 /// A case of the suite, as the [`CASES`](crate::CASES) table holds it.
 pub type CaseFn = fn(Ctx) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -29,6 +39,7 @@ pub const SHORT_LEASE: Duration = Duration::from_millis(400);
 pub struct Ctx {
     store: Arc<CountingStore>,
     factory: Factory,
+    guards: Guards,
     prefix: String,
     instances: AtomicU64,
 }
@@ -85,14 +96,18 @@ impl Ctx {
     }
 
     /// Another fresh store of the backend under test, on a table of its own,
-    /// not migrated and not counted. For cases about creating the table.
+    /// not migrated and not counted. For cases about creating the table. Its
+    /// guard is dropped with the case's own, after the case.
     ///
     /// # Panics
     ///
     /// When the factory, which gave this case its store, gives none now.
     pub async fn fresh_store(&self) -> Arc<dyn LeaseStore> {
         match (self.factory)().await {
-            Some(store) => store,
+            Some((store, guard)) => {
+                keep(&self.guards, guard);
+                store
+            }
             None => panic!("the backend's factory gave a store for the case, then none"),
         }
     }
@@ -161,17 +176,67 @@ pub enum Outcome {
     Failed(CaseFailure),
 }
 
-/// Boxes a factory function for [`run_case`].
-pub fn factory<F, Fut>(f: F) -> Factory
+/// Boxes a factory function for [`run_case`]: `f` gives a fresh store of
+/// the backend under test, on a table of its own and not yet migrated,
+/// with the guard that cleans up after it (`()` when there is nothing to
+/// clean up), or `None` when the backend is not configured here.
+///
+/// The guard is openraft's shape for a store builder: the suite keeps it
+/// for the whole case and drops it once the case is over and its runtime
+/// shut down, so a guard that drops the table never pulls it from under a
+/// task of the case.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lease_conformance::{Outcome, case, factory, run_case};
+/// use lease_conformance::reference::MemoryStore;
+/// use lease_core::LeaseStore;
+///
+/// /// Says when it is dropped.
+/// struct Guard(std::sync::mpsc::Sender<()>);
+///
+/// impl Drop for Guard {
+///     fn drop(&mut self) {
+///         let _ = self.0.send(());
+///     }
+/// }
+///
+/// let (dropped, after) = std::sync::mpsc::channel();
+/// let fresh = factory(move || {
+///     let guard = Guard(dropped.clone());
+///     async move { Some((Arc::new(MemoryStore::new()) as Arc<dyn LeaseStore>, guard)) }
+/// });
+/// let name = "claim_of_new_name_starts_at_term_one";
+/// assert_eq!(run_case(name, case(name).unwrap(), &fresh), Outcome::Passed);
+/// assert!(after.try_recv().is_ok(), "dropped once the case was over");
+/// ```
+pub fn factory<F, Fut, G>(f: F) -> Factory
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Option<Arc<dyn LeaseStore>>> + Send + 'static,
+    Fut: Future<Output = Option<(Arc<dyn LeaseStore>, G)>> + Send + 'static,
+    G: Send + 'static,
 {
-    Arc::new(move || Box::pin(f()))
+    Arc::new(move || {
+        let fresh = f();
+        Box::pin(async move {
+            fresh
+                .await
+                .map(|(store, guard)| (store, Box::new(guard) as Box<dyn Any + Send>))
+        })
+    })
+}
+
+/// Keeps `guard` with the case's guards.
+fn keep(guards: &Guards, guard: Box<dyn Any + Send>) {
+    guards
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(guard);
 }
 
 /// Runs the case `case` (named `name`) on a runtime of its own, against a
-/// fresh store from `factory`, migrated first.
+/// fresh store from `factory`, migrated first; drops the store's guard once
+/// the case is over and the runtime shut down.
 pub fn run_case(name: &'static str, case: CaseFn, factory: &Factory) -> Outcome {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -187,17 +252,21 @@ pub fn run_case(name: &'static str, case: CaseFn, factory: &Factory) -> Outcome 
         }
     };
     let factory = factory.clone();
+    let guards = Guards::default();
+    let kept = guards.clone();
     let outcome = runtime.block_on(async move {
         let task = tokio::spawn(async move {
-            let Some(store) = factory().await else {
+            let Some((store, guard)) = factory().await else {
                 return false;
             };
+            keep(&kept, guard);
             if let Err(e) = store.migrate().await {
                 panic!("migrate() failed on the fresh store: {e}");
             }
             let ctx = Ctx {
                 store: Arc::new(Intercepted::new(store, Counter::default())),
                 factory,
+                guards: kept,
                 prefix: format!("{name}-{}", unique_suffix()),
                 instances: AtomicU64::new(0),
             };
@@ -207,6 +276,11 @@ pub fn run_case(name: &'static str, case: CaseFn, factory: &Factory) -> Outcome 
         task.await
     });
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // After the runtime: every task of the case, and every clone of its
+    // stores, is gone.
+    drop(std::mem::take(
+        &mut *guards.lock().unwrap_or_else(PoisonError::into_inner),
+    ));
     match outcome {
         Ok(true) => Outcome::Passed,
         Ok(false) => Outcome::Skipped,

@@ -1,9 +1,10 @@
 //! A store that forwards every call to another, through a hook: for counting
-//! statements, making a database unreachable, or keeping something alive as
-//! long as the store. A wrapper that changes what a call answers rather
-//! than whether it runs implements [`lease_core::ForwardingStore`] itself.
+//! statements or making a database unreachable. A wrapper that changes what
+//! a call answers rather than whether it runs implements
+//! [`lease_core::ForwardingStore`] itself. (What cleans up after a case's
+//! store is the guard its factory returns beside it: see
+//! [`factory`](crate::factory).)
 
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -19,34 +20,35 @@ pub trait Intercept: Send + Sync + fmt::Debug + 'static {
     async fn before(&self, op: Op) -> Result<(), BoxError>;
 }
 
-/// Forwards nothing extra: an [`Intercepted`] store with this hook only
-/// keeps its [`kept`](Intercepted::keeping) value alive.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PassThrough;
-
-#[async_trait]
-impl Intercept for PassThrough {
-    async fn before(&self, _op: Op) -> Result<(), BoxError> {
-        Ok(())
-    }
-}
-
 /// A store forwarding every call to `inner` after its hook's
 /// [`before`](Intercept::before).
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lease_conformance::intercept::{Intercepted, PassThrough};
-/// use lease_conformance::reference::MemoryStore;
+/// use std::sync::atomic::{AtomicU64, Ordering};
 ///
-/// // A store that owns a value (a temporary directory, say) for its lifetime.
-/// let store = Intercepted::new(Arc::new(MemoryStore::new()), PassThrough).keeping("anything");
-/// # let _ = store;
+/// use lease_conformance::intercept::{Intercept, Intercepted};
+/// use lease_conformance::reference::MemoryStore;
+/// use lease_core::{BoxError, Op};
+///
+/// /// Counts the statements sent.
+/// #[derive(Debug, Default)]
+/// struct Count(AtomicU64);
+///
+/// #[async_trait::async_trait]
+/// impl Intercept for Count {
+///     async fn before(&self, _op: Op) -> Result<(), BoxError> {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///         Ok(())
+///     }
+/// }
+///
+/// let store = Intercepted::new(Arc::new(MemoryStore::new()), Count::default());
+/// assert_eq!(store.hook().0.load(Ordering::Relaxed), 0);
 /// ```
 pub struct Intercepted<I> {
     inner: Arc<dyn LeaseStore>,
     hook: I,
-    kept: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl<I: fmt::Debug> fmt::Debug for Intercepted<I> {
@@ -54,25 +56,14 @@ impl<I: fmt::Debug> fmt::Debug for Intercepted<I> {
         f.debug_struct("Intercepted")
             .field("inner", &self.inner)
             .field("hook", &self.hook)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
 impl<I: Intercept> Intercepted<I> {
     /// Forwards to `inner` through `hook`.
     pub fn new(inner: Arc<dyn LeaseStore>, hook: I) -> Self {
-        Intercepted {
-            inner,
-            hook,
-            kept: None,
-        }
-    }
-
-    /// The same store, keeping `value` alive for as long as it lives.
-    #[must_use]
-    pub fn keeping(mut self, value: impl Any + Send + Sync) -> Self {
-        self.kept = Some(Box::new(value));
-        self
+        Intercepted { inner, hook }
     }
 
     /// The hook.

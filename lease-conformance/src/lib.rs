@@ -10,8 +10,8 @@ pub mod proxy;
 pub mod reference;
 
 pub use harness::{
-    CaseFailure, CaseFn, Ctx, Factory, Outcome, SHORT_LEASE, case, env_url, factory, fence_timings,
-    run_all, run_case, run_test, short_timings,
+    CaseFailure, CaseFn, Ctx, Factory, Fresh, Outcome, SHORT_LEASE, case, env_url, factory,
+    fence_timings, run_all, run_case, run_test, short_timings,
 };
 pub use mapping::MAPPING;
 
@@ -121,18 +121,21 @@ __for_each_case!(__case_table;);
 /// against a fresh store from `$factory`.
 ///
 /// `$factory` is an async function (or closure) returning
-/// `Option<Arc<dyn LeaseStore>>`: a store on a fresh table of its own, not
-/// yet migrated (the suite migrates it), or `None` when the backend is not
-/// configured here (the case then passes with a note on stderr; use
-/// [`env_url`] so that CI never skips).
+/// `Option<(Arc<dyn LeaseStore>, G)>`: a store on a fresh table of its own,
+/// not yet migrated (the suite migrates it), with a guard `G` that cleans up
+/// after it (dropped once the case is over; `()` for none, see [`factory`]),
+/// or `None` when the backend is not configured here (the case then passes
+/// with a note on stderr; use [`env_url`] so that CI never skips).
 ///
 /// ```ignore
 /// use std::sync::Arc;
 /// use lease_core::LeaseStore;
 ///
-/// async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
+/// async fn fresh_store() -> Option<(Arc<dyn LeaseStore>, DropsTable)> {
 ///     let url = lease_conformance::env_url("MY_BACKEND_URL")?;
-///     Some(Arc::new(MyStore::connect(&url).await.unwrap().with_table(unique_table())))
+///     let table = unique_table();
+///     let store = MyStore::connect(&url).await.unwrap().with_table(&table);
+///     Some((Arc::new(store), DropsTable { url, table }))
 /// }
 ///
 /// lease_conformance::conformance_tests!(fresh_store);

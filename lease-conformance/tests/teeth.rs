@@ -9,9 +9,12 @@ use lease_conformance::{CASES, MAPPING, Outcome, case, factory, run_case};
 use lease_core::LeaseStore;
 
 fn broken(fault: Fault) -> lease_conformance::Factory {
-    factory(
-        move || async move { Some(Arc::new(MemoryStore::with_fault(fault)) as Arc<dyn LeaseStore>) },
-    )
+    factory(move || async move {
+        Some((
+            Arc::new(MemoryStore::with_fault(fault)) as Arc<dyn LeaseStore>,
+            (),
+        ))
+    })
 }
 
 #[test]
@@ -40,7 +43,8 @@ fn every_fault_is_caught_by_its_cases() {
 
 #[test]
 fn a_correct_store_passes_the_cases_the_faults_fail() {
-    let correct = factory(|| async { Some(Arc::new(MemoryStore::new()) as Arc<dyn LeaseStore>) });
+    let correct =
+        factory(|| async { Some((Arc::new(MemoryStore::new()) as Arc<dyn LeaseStore>, ())) });
     let names: HashSet<&str> = CAUGHT_BY
         .iter()
         .flat_map(|(_, c)| c.iter().copied())
@@ -81,7 +85,7 @@ fn mapping_names_every_case_and_only_cases() {
 
 #[test]
 fn a_factory_that_gives_no_store_skips() {
-    let none = factory(|| async { None });
+    let none = factory(|| async { None::<(Arc<dyn LeaseStore>, ())> });
     let (name, f) = CASES[0];
     assert_eq!(run_case(name, f, &none), Outcome::Skipped);
 }

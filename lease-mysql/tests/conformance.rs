@@ -1,6 +1,6 @@
 //! The shared protocol suite of `lease-conformance`, run against MySQL or
 //! MariaDB (`LEASE_TEST_MYSQL_URL`): each case on a fresh table of its own,
-//! dropped when the case lets go of its store. Tables an interrupted run
+//! dropped once the case is over. Tables an interrupted run
 //! left (prefix `lmc_`, older than ten minutes) are dropped once per run.
 
 #![allow(
@@ -12,16 +12,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use lease_conformance::intercept::{Intercepted, PassThrough};
 use lease_core::LeaseStore;
 use lease_mysql::MySqlStore;
 use lease_mysql::mysql_async::prelude::Queryable;
+use lease_testkit::Cleanup;
 
 /// The prefix of this suite's tables.
 const PREFIX: &str = "lmc_";
 
-/// A store on a fresh, not yet migrated table (the suite migrates).
-async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
+/// A store on a fresh, not yet migrated table (the suite migrates), and the
+/// guard that drops the table once the case is over.
+async fn fresh_store() -> Option<(Arc<dyn LeaseStore>, Cleanup)> {
     static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let url = lease_conformance::env_url("LEASE_TEST_MYSQL_URL")?;
@@ -39,7 +40,7 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
         .await
         .expect("connect to LEASE_TEST_MYSQL_URL");
     let _ = SWEPT.get_or_init(|| sweep(&store)).await;
-    let cleanup = lease_testkit::Cleanup::new(move || async move {
+    let cleanup = Cleanup::new(move || async move {
         let Ok(builder) = MySqlStore::builder(&url) else {
             return;
         };
@@ -54,9 +55,7 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
             let _ = conn.disconnect().await;
         }
     });
-    Some(Arc::new(
-        Intercepted::new(Arc::new(store), PassThrough).keeping(cleanup),
-    ))
+    Some((Arc::new(store), cleanup))
 }
 
 /// Drops the tables earlier runs left behind.

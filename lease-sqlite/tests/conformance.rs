@@ -1,6 +1,6 @@
 //! The shared protocol suite of `lease-conformance`, run against SQLite: each
-//! case on a fresh database file of its own, in a temporary directory that
-//! lives exactly as long as the store.
+//! case on a fresh database file of its own, in a temporary directory
+//! removed once the case is over.
 
 #![allow(
     clippy::unwrap_used,
@@ -10,14 +10,12 @@
 
 use std::sync::Arc;
 
-use lease_conformance::intercept::{Intercepted, PassThrough};
 use lease_core::LeaseStore;
 use lease_sqlite::SqliteStore;
 
 /// A store on a fresh, not yet migrated database file (the suite migrates),
-/// owning its temporary directory: the directory goes when the suite drops
-/// the store.
-async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
+/// and its temporary directory, which goes once the case is over.
+async fn fresh_store() -> Option<(Arc<dyn LeaseStore>, tempfile::TempDir)> {
     let (store, dir) = tokio::task::spawn_blocking(|| {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = SqliteStore::open(dir.path().join("leases.db")).expect("a fresh SQLite file");
@@ -25,9 +23,7 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
     })
     .await
     .expect("open task");
-    Some(Arc::new(
-        Intercepted::new(Arc::new(store), PassThrough).keeping(dir),
-    ))
+    Some((Arc::new(store), dir))
 }
 
 lease_conformance::conformance_tests!(fresh_store);

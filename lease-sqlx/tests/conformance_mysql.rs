@@ -1,7 +1,7 @@
 //! The shared protocol suite of `lease-conformance`, run against
 //! [`lease_sqlx::MySqlLeaseStore`] on MySQL or MariaDB
 //! (`LEASE_TEST_MYSQL_URL`): each case on a fresh table of its own, dropped
-//! when the case lets go of its store; tables an interrupted run left
+//! once the case is over; tables an interrupted run left
 //! (prefix `lsm_`, older than ten minutes) are dropped once per run. The
 //! pool is built with the store's session bounds
 //! (`MySqlLeaseStore::pool_options`), as `lease-mysql` builds its own.
@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_conformance::intercept::{Intercepted, PassThrough};
 use lease_core::{LeaseStore, Leases};
 use lease_sqlx::MySqlLeaseStore;
 use sqlx::{Connection, Executor};
@@ -41,17 +40,16 @@ fn dropping(url: String, table: String) -> lease_testkit::Cleanup {
     })
 }
 
-/// A store on a fresh, not yet migrated table (the suite migrates).
-async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
+/// A store on a fresh, not yet migrated table (the suite migrates), and the
+/// guard that drops the table once the case is over.
+async fn fresh_store() -> Option<(Arc<dyn LeaseStore>, lease_testkit::Cleanup)> {
     static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let url = lease_conformance::env_url("LEASE_TEST_MYSQL_URL")?;
     let pool = pool(&url).await;
     let _ = SWEPT.get_or_init(|| sweep(&pool)).await;
     let table = lease_testkit::unique(PREFIX);
     let store = MySqlLeaseStore::with_table(pool, &table).unwrap();
-    Some(Arc::new(
-        Intercepted::new(Arc::new(store), PassThrough).keeping(dropping(url, table)),
-    ))
+    Some((Arc::new(store), dropping(url, table)))
 }
 
 /// Drops the tables earlier runs left behind.

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use lease_core::LeaseStore;
 
-/// A store on a fresh, not yet migrated table (the suite migrates).
-async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
+/// A store on a fresh, not yet migrated table (the suite migrates); nothing
+/// to clean up (a later run drops the tables).
+async fn fresh_store() -> Option<(Arc<dyn LeaseStore>, ())> {
     static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let url = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL")?;
@@ -37,9 +38,8 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
         .unwrap()
         .as_secs();
     let table = format!("lsq_{secs}_{}_{n}", std::process::id());
-    Some(Arc::new(
-        lease_sqlx::PgLeaseStore::with_table(pool, &table).unwrap(),
-    ))
+    let store = lease_sqlx::PgLeaseStore::with_table(pool, &table).unwrap();
+    Some((Arc::new(store), ()))
 }
 
 /// Drops the tables of runs older than ten minutes.

@@ -6,25 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail loudly")]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lease_core::{LeaseStore, Token};
 
-/// A store on a fresh file (the suite migrates), under the target's
-/// temporary directory: the store outlives this function, so the files stay
-/// until the next run of this test binary removes them.
-async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
-    static CLEARED: std::sync::Once = std::sync::Once::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let base = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("lease-sqlx-conformance");
-    CLEARED.call_once(|| {
-        let _ = std::fs::remove_dir_all(&base);
-        std::fs::create_dir_all(&base).unwrap();
-    });
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+/// A store on a fresh file (the suite migrates), in a temporary directory
+/// of its own, which goes once the case is over.
+async fn fresh_store() -> Option<(Arc<dyn LeaseStore>, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().unwrap();
     let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(base.join(format!("{}-{n}.db", std::process::id())))
+        .filename(dir.path().join("leases.db"))
         .create_if_missing(true)
         .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(10));
@@ -33,7 +24,7 @@ async fn fresh_store() -> Option<Arc<dyn LeaseStore>> {
         .connect_with(options)
         .await
         .unwrap();
-    Some(Arc::new(lease_sqlx::SqliteLeaseStore::new(pool)))
+    Some((Arc::new(lease_sqlx::SqliteLeaseStore::new(pool)), dir))
 }
 
 lease_conformance::conformance_tests!(fresh_store);
