@@ -1,6 +1,7 @@
 //! Scenarios for a backend that reaches its database over the network: a
 //! holder cut off from the server steps down before the server frees its
-//! name, and connections cut under a holder cost it nothing.
+//! name, connections cut under a holder cost it nothing, and a holder frozen
+//! inside a guarded transaction does not keep its name.
 //!
 //! Each scenario takes two coordinators on the **same table** of the backend
 //! under test: `proxied`, whose store connects to the server through a
@@ -16,8 +17,10 @@
 //!
 //! A backend configured by URL gets every scenario as a test of its own
 //! with [`network_tests!`](crate::network_tests): implement
-//! [`NetworkStores`] for a set-up of the two stores and the proxy, and name
-//! an async function that builds it for a [`Scenario`]:
+//! [`NetworkStores`] for a set-up of the two stores and the proxy (with
+//! [`guarded`](NetworkStores::guarded) for the frozen-transaction scenario;
+//! [`Pair`] does it all for two stores of one type), and name an async
+//! function that builds it for a [`Scenario`]:
 //!
 //! ```ignore
 //! use lease_conformance::network::{self, NetworkStores, Scenario};
@@ -56,7 +59,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_core::{CancellationToken, EndCause, Leases, LostCause, Timings};
+use lease_core::{
+    BoxError, BoxFuture, CancellationToken, EndCause, Handle, Holder, LeaseContext, Leases,
+    LostCause, Timings,
+};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::cases::{claimed, db_now, ok};
@@ -74,6 +80,11 @@ pub enum Scenario {
     LateRenewals,
     /// [`connections_cut_under_the_holder_cost_it_nothing`].
     ConnectionsCut,
+    /// [`frozen_in_a_guarded_transaction_does_not_keep_the_name`]: a backend
+    /// whose server ends a session idle in a transaction only past a bound
+    /// it is told sets that bound here to the scenario's local deadline
+    /// (`timings().deadline()`).
+    FrozenTransaction,
 }
 
 /// A backend's stores for the network scenarios: one whose connections go
@@ -86,6 +97,19 @@ pub trait NetworkStores: Send + Sized {
     fn direct(&self) -> Leases;
     /// The proxy between the proxied store and the server.
     fn proxy(&self) -> &Proxy;
+    /// Runs `work` in a guarded transaction of the proxied store on `ctx`
+    /// (the backend's `transaction(&ctx, ..)`, its transaction handle
+    /// unused), and says how it ended: `Ok` when it committed. `None` when
+    /// the backend has no guarded transaction: the frozen-transaction
+    /// scenario then skips, with a note. The default is `None`.
+    fn guarded(
+        &self,
+        ctx: LeaseContext,
+        work: BoxFuture<'static, ()>,
+    ) -> Option<BoxFuture<'static, Result<(), BoxError>>> {
+        let _ = (ctx, work);
+        None
+    }
     /// Shuts the proxy down and drops the table.
     async fn close(self);
 }
@@ -115,10 +139,18 @@ pub struct Pair<S> {
     /// The table both stores use.
     pub table: String,
     drop_table: DropTable<S>,
+    guarded: Option<Guarded<S>>,
 }
 
 /// How a [`Pair`] drops its table: given the direct store and the table.
-type DropTable<S> = Box<dyn FnOnce(S, String) -> lease_core::BoxFuture<'static, ()> + Send>;
+type DropTable<S> = Box<dyn FnOnce(S, String) -> BoxFuture<'static, ()> + Send>;
+
+/// How a [`Pair`] runs work in a guarded transaction of a store.
+type Guarded<S> = Box<
+    dyn Fn(S, LeaseContext, BoxFuture<'static, ()>) -> BoxFuture<'static, Result<(), BoxError>>
+        + Send
+        + Sync,
+>;
 
 impl<S> Pair<S> {
     /// The pair, and `drop_table(direct, table)` to run on
@@ -134,7 +166,32 @@ impl<S> Pair<S> {
             proxy,
             table,
             drop_table: Box::new(move |direct, table| Box::pin(drop_table(direct, table))),
+            guarded: None,
         }
+    }
+
+    /// The same pair, running [`guarded`](NetworkStores::guarded) work as
+    /// `guarded(proxied, ctx, work)` does: the backend's guarded transaction
+    /// on the proxied store, with `work` as its work.
+    ///
+    /// ```ignore
+    /// Pair::new(direct, proxied, proxy, table, drop_table).with_guarded(|store, ctx, work| async move {
+    ///     store
+    ///         .transaction(&ctx, move |_tx| Box::pin(async move { work.await; Ok::<_, MyError>(()) }))
+    ///         .await
+    ///         .map_err(BoxError::from)
+    /// })
+    /// ```
+    #[must_use]
+    pub fn with_guarded<F, Fut>(mut self, guarded: F) -> Self
+    where
+        F: Fn(S, LeaseContext, BoxFuture<'static, ()>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), BoxError>> + Send + 'static,
+    {
+        self.guarded = Some(Box::new(move |store, ctx, work| {
+            Box::pin(guarded(store, ctx, work))
+        }));
+        self
     }
 }
 
@@ -158,6 +215,14 @@ impl<S: lease_core::LeaseStore + Clone> NetworkStores for Pair<S> {
     }
     fn proxy(&self) -> &Proxy {
         &self.proxy
+    }
+    fn guarded(
+        &self,
+        ctx: LeaseContext,
+        work: BoxFuture<'static, ()>,
+    ) -> Option<BoxFuture<'static, Result<(), BoxError>>> {
+        let guarded = self.guarded.as_ref()?;
+        Some(guarded(self.proxied.clone(), ctx, work))
     }
     async fn close(self) {
         self.proxy.shutdown().await;
@@ -223,6 +288,22 @@ macro_rules! network_tests {
                 stores.proxied(),
                 stores.direct(),
                 stores.proxy(),
+            )
+            .await;
+            stores.close().await;
+        }
+
+        /// A holder frozen inside a guarded transaction, its row locked,
+        /// must not keep its name past the lease.
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
+            use $crate::network::NetworkStores as _;
+            let Some(url) = $crate::env_url($env) else {
+                return;
+            };
+            let stores = $connect(&url, $crate::network::Scenario::FrozenTransaction).await;
+            let _ = $crate::network::frozen_in_a_guarded_transaction_does_not_keep_the_name(
+                $backend, &stores,
             )
             .await;
             stores.close().await;
@@ -336,55 +417,14 @@ pub async fn steps_down_before_the_name_is_free(
     direct: Leases,
     proxy: &Proxy,
 ) -> StepDown {
-    let timings = timings();
-    let leases = proxied
-        .with_timings(timings)
-        .with_instance("network-stepdown-holder");
-    let rival = direct.with_instance("network-stepdown-rival");
-    ok(rival.migrate().await, "migrate() through the direct store");
-    let name = unique_name("stepdown");
-
-    let handle = claimed(
-        &leases,
-        &name,
-        "the name is the scenario's own, never claimed before",
-    )
-    .await;
-    went_through(proxy, "the holder's claim");
-    let holder = handle.hold(&CancellationToken::new());
-    // Renew through the proxy for longer than lease - deadline, so that the
-    // name is held by the renewals, not by the claim.
-    sleep(timings.lease() - timings.deadline() + Duration::from_millis(500)).await;
-    let ctx = holder.context().clone();
-    assert!(
-        !ctx.is_cancelled(),
-        "the holder's lease ended while the proxy still forwarded ({:?}): {}",
-        ctx.cause(),
-        early_end(ctx.cause())
-    );
-
-    proxy.pause();
-    let paused = Instant::now();
-    if timeout(timings.deadline() * 2, ctx.cancelled())
-        .await
-        .is_err()
-    {
-        panic!(
-            "the holder did not step down within {:?} (twice its local deadline) of the proxy \
-             pausing: its renewals still reached the database, so the proxied store bypasses \
-             the proxy (a driver that prefers the server's UNIX socket, as mysql_async does \
-             unless prefer_socket=false, or a pool holding connections made elsewhere)",
-            timings.deadline() * 2
-        );
-    }
-    let stepped_down = paused.elapsed();
-    assert_eq!(
-        ctx.cause(),
-        Some(EndCause::Lost(LostCause::DeadlineExceeded)),
-        "a holder cut off from its database must step down at its local deadline: with the \
-         proxy paused no renewal can answer, so no other cause is possible unless the store \
-         reports a hung or failed statement as a lease found lost"
-    );
+    let Scene {
+        timings,
+        rival,
+        name,
+        handle,
+        holder,
+    } = hold_through_the_proxy("stepdown", proxied, direct, proxy).await;
+    let stepped_down = pause_until_step_down(&timings, &holder, proxy).await;
     assert!(
         handle.lost(),
         "the handle must be marked lost once its holder stepped down"
@@ -498,48 +538,15 @@ pub async fn late_renewals_do_not_outlive_a_step_down(
     direct: Leases,
     proxy: &Proxy,
 ) -> Duration {
-    let timings = timings();
-    let leases = proxied
-        .with_timings(timings)
-        .with_instance("network-late-holder");
-    let rival = direct.with_instance("network-late-rival");
-    ok(rival.migrate().await, "migrate() through the direct store");
-    let name = unique_name("late");
-
-    let handle = claimed(
-        &leases,
-        &name,
-        "the name is the scenario's own, never claimed before",
-    )
-    .await;
-    went_through(proxy, "the holder's claim");
-    let holder = handle.hold(&CancellationToken::new());
-    sleep(timings.lease() - timings.deadline() + Duration::from_millis(500)).await;
-    let ctx = holder.context().clone();
-    assert!(
-        !ctx.is_cancelled(),
-        "the holder's lease ended while the proxy still forwarded ({:?}): {}",
-        ctx.cause(),
-        early_end(ctx.cause())
-    );
-
-    proxy.pause();
-    if timeout(timings.deadline() * 2, ctx.cancelled())
-        .await
-        .is_err()
-    {
-        panic!(
-            "the holder did not step down within {:?} of the proxy pausing: the proxied \
-             store bypasses the proxy",
-            timings.deadline() * 2
-        );
-    }
+    let Scene {
+        timings,
+        rival,
+        name,
+        holder,
+        ..
+    } = hold_through_the_proxy("late", proxied, direct, proxy).await;
+    let _ = pause_until_step_down(&timings, &holder, proxy).await;
     let stepped_down_at = db_now(&rival).await;
-    assert_eq!(
-        ctx.cause(),
-        Some(EndCause::Lost(LostCause::DeadlineExceeded)),
-        "a holder cut off from its database must step down at its local deadline"
-    );
     holder.stop().await;
     sleep(HEAL_AFTER).await;
     proxy.resume();
@@ -612,22 +619,13 @@ pub async fn connections_cut_under_the_holder_cost_it_nothing(
     direct: Leases,
     proxy: &Proxy,
 ) {
-    let timings = timings();
-    let leases = proxied
-        .with_timings(timings)
-        .with_instance("network-cut-holder");
-    let rival = direct.with_instance("network-cut-rival");
-    ok(rival.migrate().await, "migrate() through the direct store");
-    let name = unique_name("cut");
-
-    let handle = claimed(
-        &leases,
-        &name,
-        "the name is the scenario's own, never claimed before",
-    )
-    .await;
-    went_through(proxy, "the holder's claim");
-    let holder = handle.hold(&CancellationToken::new());
+    let Scene {
+        timings,
+        rival,
+        name,
+        handle,
+        holder,
+    } = hold_through_the_proxy("cut", proxied, direct, proxy).await;
     // Every connection dropped, three times over a local deadline: the
     // renewals that fail are tried again, on new connections.
     let before = proxy.accepted();
@@ -671,6 +669,200 @@ pub async fn connections_cut_under_the_holder_cost_it_nothing(
         handle.release().await,
         "release through the proxy after the cuts",
     );
+}
+
+/// How long [`frozen_in_a_guarded_transaction_does_not_keep_the_name`]'s
+/// rival waits between two of its claims.
+const RIVAL_POLL: Duration = Duration::from_millis(50);
+
+/// A holder frozen inside a guarded transaction does not keep its name: a
+/// rival claims it once the lease has expired, the holder still frozen, and
+/// the frozen transaction never commits.
+///
+/// The holder claims through `stores`' proxied store and holds with
+/// [`timings`]; a guarded transaction on its context
+/// ([`NetworkStores::guarded`]) verifies the lease (locking its row, as the
+/// guard does) and runs work that never ends; then the proxy
+/// [pauses](Proxy::pause): nothing of the transaction reaches the server
+/// any more, as for a process frozen mid-transaction. A rival claims
+/// through the direct store every 50 ms: its claim must succeed within
+/// three leases of the freeze. A row lock the server keeps for as long as
+/// the frozen session lives holds every claim back; the server must end a
+/// session idle in a transaction within a bound (the local deadline, for
+/// the scenario's timings). Returns how long after the freeze the rival
+/// got the name (and prints it after `backend`); `None`, with a note, when
+/// the backend has no guarded transaction.
+///
+/// # Panics
+///
+/// When the backend fails the scenario, with a message saying how; when a
+/// statement through the direct store fails.
+///
+/// # Cancel safety
+///
+/// Not meant to be cancelled: dropping the future leaves the proxy paused.
+pub async fn frozen_in_a_guarded_transaction_does_not_keep_the_name(
+    backend: &str,
+    stores: &impl NetworkStores,
+) -> Option<Duration> {
+    let proxy = stores.proxy();
+    let Scene {
+        timings,
+        rival,
+        name,
+        handle,
+        holder,
+    } = hold_through_the_proxy("frozen", stores.proxied(), stores.direct(), proxy).await;
+    let rival = rival.with_timings(timings);
+    let (inside, entered) = tokio::sync::oneshot::channel();
+    let work: BoxFuture<'static, ()> = Box::pin(async move {
+        let _ = inside.send(());
+        std::future::pending::<()>().await;
+    });
+    let Some(guarded) = stores.guarded(holder.context().clone(), work) else {
+        eprintln!(
+            "{backend}: no guarded transaction (NetworkStores::guarded): the frozen-transaction \
+             scenario is skipped"
+        );
+        holder.stop().await;
+        ok(handle.release().await, "release through the proxy");
+        return None;
+    };
+    let guarded = tokio::spawn(guarded);
+    if entered.await.is_err() {
+        let ended = guarded.await;
+        panic!(
+            "the guarded transaction ended before its work ran ({ended:?}), the lease held and \
+             the proxy forwarding: it must verify the lease and run the work"
+        );
+    }
+    proxy.pause();
+    let frozen = Instant::now();
+
+    // A rival claims until it gets the name, as a replica would.
+    let limit = timings.lease() * 3;
+    let claimed = timeout(limit, async {
+        loop {
+            if let Ok(Some(successor)) = rival.claim(&name).await {
+                return successor;
+            }
+            sleep(RIVAL_POLL).await;
+        }
+    })
+    .await;
+    let waited = frozen.elapsed();
+    proxy.resume();
+    let abandoned = guarded.await;
+    holder.stop().await;
+    let Ok(successor) = claimed else {
+        panic!(
+            "no rival claimed the name within {limit:?} of the holder freezing inside its \
+             guarded transaction (lease {:?}): the transaction's row lock held every claim \
+             back for as long as the holder stayed frozen; the server must end a session idle \
+             in a transaction within a bound (the local deadline)",
+            timings.lease()
+        );
+    };
+    eprintln!("{backend} frozen guarded transaction: a rival claimed {waited:?} after the freeze");
+    assert!(
+        matches!(abandoned, Ok(Err(_))),
+        "the frozen transaction cannot have committed, its work never having ended: {abandoned:?}"
+    );
+    assert_eq!(
+        successor.term(),
+        2,
+        "the rival's claim once the lease ran out must move the term from the holder's 1"
+    );
+    ok(
+        successor.release().await,
+        "the rival's release through the direct store",
+    );
+    Some(waited)
+}
+
+/// What every scenario starts from: a holder of a name of the scenario's
+/// own, claimed through the proxy and held, and a rival on the direct store.
+struct Scene {
+    timings: Timings,
+    rival: Leases,
+    name: String,
+    handle: Handle,
+    holder: Holder,
+}
+
+/// The scenarios' prologue: sets [`timings`] and the instance ids
+/// (`network-<label>-holder` through the proxy, `network-<label>-rival`
+/// direct) on the two coordinators, migrates the table through `direct`,
+/// claims a name of the scenario's own through `proxied` (which must have
+/// gone through the proxy), and holds it.
+async fn hold_through_the_proxy(
+    label: &str,
+    proxied: Leases,
+    direct: Leases,
+    proxy: &Proxy,
+) -> Scene {
+    let timings = timings();
+    let leases = proxied
+        .with_timings(timings)
+        .with_instance(format!("network-{label}-holder"));
+    let rival = direct.with_instance(format!("network-{label}-rival"));
+    ok(rival.migrate().await, "migrate() through the direct store");
+    let name = unique_name(label);
+    let handle = claimed(
+        &leases,
+        &name,
+        "the name is the scenario's own, never claimed before",
+    )
+    .await;
+    went_through(proxy, "the holder's claim");
+    let holder = handle.hold(&CancellationToken::new());
+    Scene {
+        timings,
+        rival,
+        name,
+        handle,
+        holder,
+    }
+}
+
+/// Lets the holder renew through the proxy for longer than lease − deadline
+/// (so that the renewals, not the claim, keep the name), then pauses the
+/// proxy and waits for the holder to step down: within twice its local
+/// deadline, at its local deadline ([`LostCause::DeadlineExceeded`]).
+/// Returns how long after the pause the holder's context ended.
+async fn pause_until_step_down(timings: &Timings, holder: &Holder, proxy: &Proxy) -> Duration {
+    sleep(timings.lease() - timings.deadline() + Duration::from_millis(500)).await;
+    let ctx = holder.context().clone();
+    assert!(
+        !ctx.is_cancelled(),
+        "the holder's lease ended while the proxy still forwarded ({:?}): {}",
+        ctx.cause(),
+        early_end(ctx.cause())
+    );
+
+    proxy.pause();
+    let paused = Instant::now();
+    if timeout(timings.deadline() * 2, ctx.cancelled())
+        .await
+        .is_err()
+    {
+        panic!(
+            "the holder did not step down within {:?} (twice its local deadline) of the proxy \
+             pausing: its renewals still reached the database, so the proxied store bypasses \
+             the proxy (a driver that prefers the server's UNIX socket, as mysql_async does \
+             unless prefer_socket=false, or a pool holding connections made elsewhere)",
+            timings.deadline() * 2
+        );
+    }
+    let stepped_down = paused.elapsed();
+    assert_eq!(
+        ctx.cause(),
+        Some(EndCause::Lost(LostCause::DeadlineExceeded)),
+        "a holder cut off from its database must step down at its local deadline: with the \
+         proxy paused no renewal can answer, so no other cause is possible unless the store \
+         reports a hung or failed statement as a lease found lost"
+    );
+    stepped_down
 }
 
 /// The `host:port` of the server `url` names (`scheme://[user@]host[:port]/...`),

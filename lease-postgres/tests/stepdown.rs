@@ -1,7 +1,10 @@
 //! A holder that loses the database steps down at its local deadline, well
-//! before PostgreSQL frees its name: shown through an in-process TCP proxy
-//! that stops forwarding bytes (connections stay open, statements hang, as
-//! across a network partition). The scenarios are
+//! before PostgreSQL frees its name, and a holder frozen inside a guarded
+//! transaction does not keep it (issue 16, item 7: its `FOR KEY SHARE` row
+//! lock held every claim back; the server now ends a session idle in a
+//! transaction for the local deadline): shown through an in-process TCP
+//! proxy that stops forwarding bytes (connections stay open, statements
+//! hang, as across a network partition). The scenarios are
 //! [`lease_conformance::network`]'s; this file only builds the stores.
 //!
 //! The margin, how long before the database would let anyone else claim the
@@ -14,15 +17,12 @@
     reason = "test helpers outside #[test] functions fail loudly"
 )]
 
-use std::time::Duration;
-
 mod common;
 
 use common::unique_table;
 use lease_conformance::network;
-use lease_core::{CancellationToken, Leases};
+use lease_core::BoxError;
 use lease_postgres::PostgresStore;
-use tokio::time::{Instant, sleep, timeout};
 
 /// A store connected to the server and one connected through a proxy,
 /// both on one fresh table.
@@ -52,6 +52,17 @@ async fn connect(url: &str, _scenario: network::Scenario) -> Stores {
             .await
             .unwrap();
     })
+    .with_guarded(|store, ctx, work| async move {
+        store
+            .transaction(&ctx, move |_tx| {
+                Box::pin(async move {
+                    work.await;
+                    Ok::<(), std::io::Error>(())
+                })
+            })
+            .await
+            .map_err(BoxError::from)
+    })
 }
 
 lease_conformance::network_tests!(
@@ -59,83 +70,6 @@ lease_conformance::network_tests!(
     url: "LEASE_TEST_POSTGRES_URL",
     connect: connect,
 );
-
-/// Issue 16, item 7: a holder frozen inside a guarded transaction (here cut
-/// off by the paused proxy: nothing of it reaches the server) kept the row
-/// locked `FOR KEY SHARE`, so every claim of the name waited for as long as
-/// it stayed frozen. The server now ends its session once it has been idle
-/// in the transaction for the local deadline, and a rival claims the name
-/// once the lease has expired, the holder still frozen.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
-    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
-        return;
-    };
-    let stores = connect(&url, network::Scenario::StepDown).await;
-    let timings = network::timings();
-    let rival = Leases::new(stores.direct.clone())
-        .with_timings(timings)
-        .with_instance("frozen-rival");
-    rival.migrate().await.unwrap();
-    let name = format!("frozen:{}", stores.table);
-    let handle = Leases::new(stores.proxied.clone())
-        .with_timings(timings)
-        .with_instance("frozen-holder")
-        .claim(&name)
-        .await
-        .unwrap()
-        .unwrap();
-    let holder = handle.hold(&CancellationToken::new());
-    let (inside, entered) = tokio::sync::oneshot::channel();
-    let store = stores.proxied.clone();
-    let ctx = holder.context().clone();
-    let guarded = tokio::spawn(async move {
-        store
-            .transaction(&ctx, move |_tx| {
-                Box::pin(async move {
-                    let _ = inside.send(());
-                    std::future::pending::<Result<(), std::io::Error>>().await
-                })
-            })
-            .await
-    });
-    entered.await.unwrap();
-    stores.proxy.pause();
-    let frozen = Instant::now();
-
-    // A rival claims until it gets the name, as a replica would.
-    let limit = timings.lease() * 3;
-    let claimed = timeout(limit, async {
-        loop {
-            if let Ok(Some(successor)) = rival.claim(&name).await {
-                return successor;
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-    let waited = frozen.elapsed();
-    stores.proxy.resume();
-    let abandoned = guarded.await.unwrap();
-    holder.stop().await;
-    let Ok(successor) = claimed else {
-        network::NetworkStores::close(stores).await;
-        panic!(
-            "no rival claimed the name within {limit:?} of the holder freezing inside its \
-             guarded transaction (lease {:?}): the transaction's row lock held every claim \
-             back for as long as the holder stayed frozen",
-            timings.lease()
-        );
-    };
-    eprintln!("PostgreSQL frozen guarded transaction: a rival claimed {waited:?} after the freeze");
-    assert!(
-        abandoned.is_err(),
-        "the frozen transaction cannot have committed"
-    );
-    assert_eq!(successor.term(), 2);
-    successor.release().await.unwrap();
-    network::NetworkStores::close(stores).await;
-}
 
 #[test]
 fn split_server_rewrites_only_the_host_and_port() {
