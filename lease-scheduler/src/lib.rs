@@ -5,8 +5,11 @@ mod clock;
 mod error;
 mod job;
 pub mod metrics;
+mod round;
 mod schedule;
 mod scheduler;
+mod sweep;
+mod task;
 
 pub use error::{Error, ScheduleError};
 pub use job::{CutShort, Job, JobResult, Round};

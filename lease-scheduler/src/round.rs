@@ -1,0 +1,396 @@
+//! A round: a claimed instant run under hold + run, and settled by how it
+//! ended (finished with the instant passed, released for a rerun, or left
+//! to expire), or a per-instance job's round, which has no lease. How a
+//! round is settled is the pure [`settle`], pinned by a table.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::{Chain, Handle, UtcMillis};
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use crate::job::{JobResult, Round};
+use crate::metrics::{self, RoundLabel};
+use crate::schedule::Rfc3339;
+use crate::task::{JobTask, Kind};
+
+/// The jobs with a round in flight.
+pub(crate) type Running = Arc<Mutex<HashSet<Arc<str>>>>;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Marks a job as running a round until dropped.
+struct RunningGuard {
+    running: Running,
+    job: Arc<str>,
+}
+
+impl RunningGuard {
+    fn new(running: &Running, job: &Arc<str>) -> Self {
+        let _ = lock(running).insert(job.clone());
+        metrics::running(1.0);
+        RunningGuard {
+            running: running.clone(),
+            job: job.clone(),
+        }
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        let _ = lock(&self.running).remove(&self.job);
+        metrics::running(-1.0);
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How a claimed round is settled, once it has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    /// It ran to its end (its work done, or failed): record the end, taking
+    /// the schedule's instants that came meanwhile along (`passed`, never
+    /// before the round's own instant), and give the name back. Also when
+    /// its lease was lost: the end is recorded without the lease.
+    Finish {
+        /// The instant to record as the last one handled.
+        passed: UtcMillis,
+    },
+    /// It was cut short with its lease still held: give the name back at
+    /// once, the instant unfinished, so that a peer's sweep runs it again.
+    Release,
+    /// It was cut short and its lease lost: settle nothing. The lease runs
+    /// out by itself, and the instant stays unfinished.
+    Leave,
+}
+
+/// How a claimed round of `instant` that ended as `ending`, its lease
+/// `lost` or not, is settled; `latest` is the schedule's latest instant at
+/// or before the round's end.
+fn settle(ending: Ending, lost: bool, instant: UtcMillis, latest: Option<UtcMillis>) -> Settle {
+    match ending {
+        Ending::Ran | Ending::Failed => Settle::Finish {
+            passed: latest.unwrap_or(instant).max(instant),
+        },
+        Ending::CutShort if lost => Settle::Leave,
+        Ending::CutShort => Settle::Release,
+    }
+}
+
+/// A round that ran: its instant, and when it ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ran {
+    pub(crate) instant: UtcMillis,
+    pub(crate) end: UtcMillis,
+}
+
+/// How a round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// It returned `Ok(())`.
+    Ran,
+    /// It returned an error while its context was still alive, or panicked:
+    /// it ran to its end, and failed.
+    Failed,
+    /// It ended only because its context ended.
+    CutShort,
+}
+
+impl Ending {
+    /// How a round whose function returned (`returned_ok` when it returned
+    /// `Ok(())`) ended; `context_ended` tells whether its context had ended
+    /// by then. A round that returns `Ok(())` ran, whenever it returns; an
+    /// error is a failure while the context runs, and a stop once it has
+    /// ended.
+    fn of(returned_ok: bool, context_ended: bool) -> Ending {
+        match (returned_ok, context_ended) {
+            (true, _) => Ending::Ran,
+            (false, true) => Ending::CutShort,
+            (false, false) => Ending::Failed,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Ending::Ran => "ran",
+            Ending::Failed => "failed",
+            Ending::CutShort => "cut_short",
+        }
+    }
+}
+
+impl JobTask {
+    /// Runs a claimed round under hold + run, settles it, and returns when it
+    /// ended.
+    pub(crate) async fn round(&self, handle: Handle, instant: UtcMillis, kind: Kind) -> Ran {
+        let job = &self.job;
+        let _running = RunningGuard::new(&self.running, &job.name);
+        let term = handle.term();
+        let holder = handle.hold(&self.shutdown);
+        tracing::info!(
+            job = %job.name,
+            instant = %Rfc3339(instant),
+            term,
+            rerun = kind.rerun,
+            catch_up = kind.catch_up,
+            "round started"
+        );
+        if kind.label() == RoundLabel::Scheduled {
+            metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
+        }
+        let started = Instant::now();
+        let f = job.run.clone();
+        let name = job.name.clone();
+        let out = lease_core::run(holder.context(), move |ctx| async move {
+            let round = Round {
+                job: name,
+                instant,
+                rerun: kind.rerun,
+                catch_up: kind.catch_up,
+                cancel: ctx.cancellation().clone(),
+                lease: Some(ctx.clone()),
+            };
+            let result = f(round).await;
+            (result, ctx.is_cancelled())
+        })
+        .await;
+        holder.stop().await;
+        let end = self.clock.now();
+        let lost = handle.lost();
+        let ending = match &out {
+            Ok((result, ended)) => self.ending(instant, result, *ended),
+            Err(error) if error.is_lost() => Ending::CutShort,
+            Err(error) => {
+                tracing::error!(
+                    job = %job.name,
+                    instant = %Rfc3339(instant),
+                    term,
+                    error = %Chain(error),
+                    "round failed"
+                );
+                Ending::Failed
+            }
+        };
+        metrics::round(kind.label(), ending.label(), started.elapsed());
+        let fields = Fields {
+            job: &job.name,
+            instant,
+            term,
+            kind,
+            elapsed: started.elapsed(),
+        };
+        let latest = job.schedule.latest_at_or_before(end);
+        match settle(ending, lost, instant, latest) {
+            Settle::Finish { passed } => match handle.finish(passed).await {
+                Ok(()) => fields.log_finished(lost),
+                Err(error) if error.is_lost() => fields.log_finished(true),
+                Err(error) => tracing::warn!(
+                    job = %job.name,
+                    instant = %Rfc3339(instant),
+                    term,
+                    error = %Chain(&error),
+                    "could not record the round's end: its lease expires, and the instant \
+                     runs again once"
+                ),
+            },
+            Settle::Release => fields.log_cut_short(lost, Some(handle.release().await.is_ok())),
+            Settle::Leave => fields.log_cut_short(lost, None),
+        }
+        Ran { instant, end }
+    }
+
+    /// A round of a per-instance job: no lease, no settling.
+    pub(crate) async fn local_round(&self, instant: UtcMillis) -> Option<Ran> {
+        let job = &self.job;
+        let _running = RunningGuard::new(&self.running, &job.name);
+        let cancel = self.shutdown.child_token();
+        let round = Round {
+            job: job.name.clone(),
+            instant,
+            rerun: false,
+            catch_up: false,
+            lease: None,
+            cancel: cancel.clone(),
+        };
+        tracing::info!(job = %job.name, instant = %Rfc3339(instant), "round started");
+        metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
+        let started = Instant::now();
+        let run = job.run.clone();
+        // The function is called on the task, so that a panic in it, before
+        // its future, is caught there too.
+        let mut task = AbortOnDrop(tokio::spawn(
+            async move {
+                let result = run(round).await;
+                (result, cancel.is_cancelled())
+            }
+            .in_current_span(),
+        ));
+        let out = (&mut task.0).await;
+        let end = self.clock.now();
+        let ending = match &out {
+            Ok((result, ended)) => self.ending(instant, result, *ended),
+            Err(join) => {
+                tracing::error!(job = %job.name, instant = %Rfc3339(instant), error = %join, "round failed");
+                Ending::Failed
+            }
+        };
+        metrics::round(RoundLabel::PerInstance, ending.label(), started.elapsed());
+        match ending {
+            Ending::CutShort => tracing::warn!(
+                job = %job.name,
+                instant = %Rfc3339(instant),
+                "round cut short (a per-instance job's round is not run again)"
+            ),
+            Ending::Ran | Ending::Failed => tracing::info!(
+                job = %job.name,
+                instant = %Rfc3339(instant),
+                elapsed = ?started.elapsed(),
+                "round finished"
+            ),
+        }
+        Some(Ran { instant, end })
+    }
+
+    /// How a round whose function returned `result` ended (see
+    /// [`Ending::of`]), logging a failure; `ended` tells whether its context
+    /// had ended by then.
+    fn ending(&self, instant: UtcMillis, result: &JobResult, ended: bool) -> Ending {
+        let ending = Ending::of(result.is_ok(), ended);
+        if let (Ending::Failed, Err(error)) = (ending, result) {
+            tracing::warn!(
+                job = %self.job.name,
+                instant = %Rfc3339(instant),
+                error = %Chain(&**error),
+                "round failed"
+            );
+        }
+        ending
+    }
+}
+
+/// The fields of a finished round's log line.
+struct Fields<'a> {
+    job: &'a str,
+    instant: UtcMillis,
+    term: u64,
+    kind: Kind,
+    elapsed: Duration,
+}
+
+impl Fields<'_> {
+    /// A round cut short: `released` tells whether the name was given back
+    /// (`None`: not tried, the lease was lost).
+    fn log_cut_short(&self, lost: bool, released: Option<bool>) {
+        if self.kind.rerun {
+            tracing::warn!(
+                job = %self.job,
+                instant = %Rfc3339(self.instant),
+                term = self.term,
+                rerun = self.kind.rerun,
+                catch_up = self.kind.catch_up,
+                lost,
+                released,
+                "rerun cut short too: the instant stays unfinished for good"
+            );
+        } else {
+            tracing::warn!(
+                job = %self.job,
+                instant = %Rfc3339(self.instant),
+                term = self.term,
+                rerun = self.kind.rerun,
+                catch_up = self.kind.catch_up,
+                lost,
+                released,
+                "round cut short: a replica's sweep runs it again once"
+            );
+        }
+    }
+
+    fn log_finished(&self, lost: bool) {
+        tracing::info!(
+            job = %self.job,
+            instant = %Rfc3339(self.instant),
+            term = self.term,
+            rerun = self.kind.rerun,
+            catch_up = self.kind.catch_up,
+            elapsed = ?self.elapsed,
+            lost,
+            "round finished"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> UtcMillis {
+        UtcMillis::from_millis(ms)
+    }
+
+    #[test]
+    fn how_a_round_ended_is_read_from_what_it_returned_and_when() {
+        let cases = [
+            // (returned Ok, context ended) -> ending
+            ((true, false), Ending::Ran),
+            // Ok after the shutdown or the loss: it ran to its end.
+            ((true, true), Ending::Ran),
+            ((false, false), Ending::Failed),
+            // An error once the context ended: it stopped early.
+            ((false, true), Ending::CutShort),
+        ];
+        for ((ok, ended), ending) in cases {
+            assert_eq!(
+                Ending::of(ok, ended),
+                ending,
+                "returned ok {ok}, ended {ended}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_round_is_finished_released_or_left_by_how_it_ended() {
+        let instant = at(60_000);
+        let (earlier, later) = (at(30_000), at(180_000));
+        let finish = |ms| Settle::Finish { passed: at(ms) };
+        let cases = [
+            // (ending, lost, latest instant by the end) -> settle
+            ((Ending::Ran, false, Some(instant)), finish(60_000)),
+            // An overrun takes the instants it covered along.
+            ((Ending::Ran, false, Some(later)), finish(180_000)),
+            // The end is recorded without the lease, too.
+            ((Ending::Ran, true, Some(later)), finish(180_000)),
+            ((Ending::Failed, false, Some(later)), finish(180_000)),
+            ((Ending::Failed, true, Some(instant)), finish(60_000)),
+            // Never before the round's own instant (a clock read back).
+            ((Ending::Ran, false, Some(earlier)), finish(60_000)),
+            ((Ending::Failed, false, None), finish(60_000)),
+            // Cut short: released for a rerun while held, else left to expire.
+            ((Ending::CutShort, false, Some(later)), Settle::Release),
+            ((Ending::CutShort, false, None), Settle::Release),
+            ((Ending::CutShort, true, Some(later)), Settle::Leave),
+            ((Ending::CutShort, true, None), Settle::Leave),
+        ];
+        for ((ending, lost, latest), settled) in cases {
+            assert_eq!(
+                settle(ending, lost, instant, latest),
+                settled,
+                "{ending:?}, lost {lost}, latest {latest:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The rerun sweep: every interval (plus a random part), one query for all
+//! the jobs' rounds cut short, each offered to its job's task.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{CancellationToken, Chain, Leases, Unfinished};
+use tokio::sync::mpsc;
+
+use crate::clock::Clock;
+use crate::metrics;
+use crate::schedule::Rfc3339;
+use crate::scheduler::PREFIX;
+
+/// The rerun sweep: every interval (plus a random part), one query for all
+/// the jobs' rounds cut short, each offered to its job.
+pub(crate) struct Sweep {
+    pub(crate) leases: Leases,
+    pub(crate) clock: Arc<Clock>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) interval: Duration,
+    pub(crate) offers: HashMap<String, mpsc::Sender<Unfinished>>,
+}
+
+impl Sweep {
+    /// Sweeps until the shutdown.
+    pub(crate) async fn run(self) {
+        let names: Vec<&str> = self.offers.keys().map(String::as_str).collect();
+        loop {
+            match self.leases.unfinished_instants(&names).await {
+                Ok(found) => {
+                    metrics::sweep(true);
+                    for u in found {
+                        tracing::debug!(
+                            job = %u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
+                            instant = %Rfc3339(u.instant),
+                            "rerun sweep found a round cut short"
+                        );
+                        if let Some(tx) = self.offers.get(&u.name) {
+                            // A job busy with a round gets it at the next sweep.
+                            let _ = tx.try_send(u);
+                        }
+                    }
+                }
+                Err(error) => {
+                    metrics::sweep(false);
+                    tracing::warn!(
+                        error = %Chain(&error),
+                        "rerun sweep failed: the next one tries again"
+                    );
+                }
+            }
+            let pause = self.interval + jitter(self.interval / 15);
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+            if let Err(error) = self.clock.sync(&self.leases).await {
+                tracing::debug!(error = %Chain(&error), "could not read the database's clock");
+            }
+        }
+    }
+}
+
+/// A random duration from zero to `max`.
+fn jitter(max: Duration) -> Duration {
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    if max_us == 0 {
+        return Duration::ZERO;
+    }
+    let r = getrandom::u64().unwrap_or(max_us / 2);
+    Duration::from_micros(r % (max_us + 1))
+}
