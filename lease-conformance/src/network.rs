@@ -143,7 +143,7 @@ pub struct Pair<S> {
 }
 
 /// How a [`Pair`] drops its table: given the direct store and the table.
-type DropTable<S> = Box<dyn FnOnce(S, String) -> BoxFuture<'static, ()> + Send>;
+type DropTable<S> = Box<dyn FnOnce(S, String) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// How a [`Pair`] runs work in a guarded transaction of a store.
 type Guarded<S> = Box<
@@ -157,7 +157,7 @@ impl<S> Pair<S> {
     /// [`close`](NetworkStores::close), after the proxy shuts down.
     pub fn new<F, Fut>(direct: S, proxied: S, proxy: Proxy, table: String, drop_table: F) -> Self
     where
-        F: FnOnce(S, String) -> Fut + Send + 'static,
+        F: FnOnce(S, String) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         Pair {
@@ -703,7 +703,7 @@ const RIVAL_POLL: Duration = Duration::from_millis(50);
 /// Not meant to be cancelled: dropping the future leaves the proxy paused.
 pub async fn frozen_in_a_guarded_transaction_does_not_keep_the_name(
     backend: &str,
-    stores: &impl NetworkStores,
+    stores: &(impl NetworkStores + Sync),
 ) -> Option<Duration> {
     let proxy = stores.proxy();
     let Scene {
