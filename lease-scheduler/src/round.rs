@@ -3,11 +3,12 @@
 //! to expire), or a per-instance job's round, which has no lease. How a
 //! round is settled is the pure [`settle`], pinned by a table.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{Chain, Handle, UtcMillis};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
@@ -16,15 +17,8 @@ use crate::metrics::{self, RoundLabel};
 use crate::schedule::Rfc3339;
 use crate::task::{JobTask, Kind};
 
-/// The jobs with a round in flight.
-pub(crate) type Running = Arc<Mutex<HashSet<Arc<str>>>>;
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
+/// The jobs with a round in flight, watched: the shutdown waits for them.
+pub(crate) type Running = Arc<watch::Sender<BTreeSet<Arc<str>>>>;
 
 /// Marks a job as running a round until dropped.
 struct RunningGuard {
@@ -34,7 +28,9 @@ struct RunningGuard {
 
 impl RunningGuard {
     fn new(running: &Running, job: &Arc<str>) -> Self {
-        let _ = lock(running).insert(job.clone());
+        running.send_modify(|jobs| {
+            let _ = jobs.insert(job.clone());
+        });
         metrics::running(1.0);
         RunningGuard {
             running: running.clone(),
@@ -45,7 +41,9 @@ impl RunningGuard {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        let _ = lock(&self.running).remove(&self.job);
+        self.running.send_modify(|jobs| {
+            let _ = jobs.remove(&self.job);
+        });
         metrics::running(-1.0);
     }
 }

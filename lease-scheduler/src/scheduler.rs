@@ -4,20 +4,21 @@
 //! and at the shutdown waits for the rounds in flight
 //! ([`round`](crate::round)).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{CancellationToken, Chain, Leases, MAX_NAME_BYTES};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::job::{Job, JobFn};
-use crate::round::{Running, lock};
+use crate::round::Running;
 use crate::schedule::{Rfc3339, Schedule};
 use crate::sweep::Sweep;
 use crate::task::JobTask;
@@ -258,7 +259,12 @@ impl Scheduler {
     /// Cancelling `shutdown` ends every round's context: a round that then
     /// stops early (returns an error) counts as cut short and is released,
     /// so that a peer runs it again within about one sweep; one that returns
-    /// `Ok(())` is finished as usual.
+    /// `Ok(())` is finished as usual. `wait` bounds the rounds only: a job
+    /// with no round in flight (waiting for its next instant, or for the
+    /// database to answer a claim, each statement bounded by the timings)
+    /// ends once it has seen the shutdown, and is waited for whatever
+    /// `wait` is, zero included. A `shutdown` cancelled before the call
+    /// starts nothing: the jobs end at once, without a catch-up.
     ///
     /// # Errors
     ///
@@ -295,7 +301,7 @@ impl Scheduler {
         // At ERROR level, like the lease's own span, so that its field
         // reaches every event whatever level a subscriber filters at.
         let span = tracing::error_span!("scheduler", instance = %inner.leases.instance());
-        let running: Running = Arc::default();
+        let running: Running = Arc::new(watch::channel(BTreeSet::new()).0);
         let mut tasks = JoinSet::new();
         let mut offers = HashMap::new();
         for job in &inner.jobs {
@@ -328,14 +334,11 @@ impl Scheduler {
             ?wait,
             "scheduler stopping: waiting for the rounds in flight"
         );
-        let drained =
-            tokio::time::timeout(wait, async { while tasks.join_next().await.is_some() {} }).await;
-        if drained.is_ok() {
+        let jobs = drain(&mut tasks, &running, Instant::now() + wait).await;
+        if jobs.is_empty() {
             tracing::info!("scheduler stopped");
             return Ok(());
         }
-        let mut jobs: Vec<String> = lock(&running).iter().map(|j| j.to_string()).collect();
-        jobs.sort();
         tracing::error!(
             ?jobs,
             ?wait,
@@ -344,5 +347,34 @@ impl Scheduler {
         );
         tasks.shutdown().await;
         Err(Error::ShutdownTimedOut { jobs, waited: wait })
+    }
+}
+
+/// Waits for every task to end after the shutdown: for as long as it takes
+/// while no round runs, and until `deadline` while one does. Returns the
+/// jobs whose rounds still ran once the deadline had passed, sorted; none
+/// when every task ended.
+async fn drain(tasks: &mut JoinSet<()>, running: &Running, deadline: Instant) -> Vec<String> {
+    let mut rounds = running.subscribe();
+    let mut past = false;
+    loop {
+        if past {
+            let jobs = rounds.borrow_and_update();
+            if !jobs.is_empty() {
+                return jobs.iter().map(|job| job.to_string()).collect();
+            }
+        }
+        tokio::select! {
+            biased;
+            joined = tasks.join_next() => {
+                if joined.is_none() {
+                    return Vec::new();
+                }
+            }
+            () = tokio::time::sleep_until(deadline), if !past => past = true,
+            // `running` outlives this call: a change is a round that began
+            // or ended.
+            _ = rounds.changed(), if past => {}
+        }
     }
 }

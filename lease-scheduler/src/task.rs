@@ -49,6 +49,9 @@ impl JobTask {
     /// Runs the job until the shutdown: each instant of its schedule, and
     /// each round cut short the sweep offers it.
     pub(crate) async fn run(self, mut offers: mpsc::Receiver<Unfinished>) {
+        if self.shutdown.is_cancelled() {
+            return;
+        }
         // The next instant is the first one after `cursor`.
         let mut cursor = self.clock.now();
         if !self.job.per_instance && !self.look_back.is_zero() {

@@ -739,6 +739,63 @@ async fn shutdown_waits_at_most_the_given_wait_then_aborts_the_round() {
     );
 }
 
+/// Issue 23, defect 2: stopped with no round running, the scheduler waits
+/// for its jobs' loops to see the shutdown, whatever the wait, and returns
+/// `Ok`: with a zero wait between two instants, and with a token cancelled
+/// before it started. (It returned `ShutdownTimedOut { jobs: [] }`: the
+/// expired wait won before the loops had run.)
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_with_no_round_running_waits_for_the_loops_whatever_the_wait() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let build = || {
+        Scheduler::builder(leases(&store, "a"))
+            .job(recording("idle", "@every 10s", &store, &rounds, done))
+            .job(recording("local", "@every 10s", &store, &rounds, done).per_instance())
+            .sweep_interval(secs(1))
+            .build()
+            .unwrap()
+    };
+    until(&store, 1_000).await;
+    let running = start(build(), Duration::ZERO);
+    until(&store, 5_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(store.now() - T0, 5_000, "no wait");
+
+    let shutdown = CancellationToken::new();
+    shutdown.cancel();
+    build().run(&shutdown, Duration::ZERO).await.unwrap();
+    build().run(&shutdown, secs(5)).await.unwrap();
+    assert_eq!(store.now() - T0, 5_000, "no wait");
+    assert!(rounds.all().is_empty(), "{:?}", rounds.all());
+}
+
+/// A round still running when a zero wait is over is aborted as before.
+#[tokio::test(start_paused = true)]
+async fn a_zero_wait_aborts_a_round_still_running() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let job = recording("stuck", "@every 10s", &store, &rounds, |_round| async {
+        sleep(secs(3_600)).await;
+        Ok(())
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, Duration::ZERO);
+    until(&store, 12_000).await;
+    match running.stop().await.unwrap_err() {
+        Error::ShutdownTimedOut { jobs, waited } => {
+            assert_eq!(jobs, ["stuck"]);
+            assert_eq!(waited, Duration::ZERO);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(store.now() - T0, 12_000, "no wait");
+}
+
 struct SetOnDrop(Arc<AtomicBool>);
 
 impl Drop for SetOnDrop {
