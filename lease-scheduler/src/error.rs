@@ -17,6 +17,30 @@ pub enum Error {
     #[error("a scheduler job needs a name: the empty name was registered")]
     EmptyName,
 
+    /// A job was registered with a blank name: only whitespace (`" "`).
+    #[error(
+        "scheduler job {job:?} has a blank name: a job needs a name that is not only whitespace"
+    )]
+    BlankName {
+        /// The name registered.
+        job: String,
+    },
+
+    /// A job's lease name (`cron:` and the job's name) cannot be a lease
+    /// name: it holds a control character (a newline, an escape, a NUL...).
+    /// Such a job would never run (every claim refused) and its name would
+    /// forge log lines. The source is the error
+    /// [`validate_name`](lease_core::validate_name) gives, an
+    /// [`InvalidName`](lease_core::Error::InvalidName).
+    #[error("scheduler job {job:?}: its lease name cannot be claimed")]
+    InvalidName {
+        /// The job's name.
+        job: String,
+        /// Why the lease name is refused.
+        #[source]
+        source: lease_core::Error,
+    },
+
     /// Two jobs were registered under one name.
     #[error("two scheduler jobs are named {job:?}: each job needs a name of its own")]
     DuplicateName {

@@ -58,8 +58,9 @@ impl Job {
     /// forms), once across every replica of the cluster.
     ///
     /// Nothing is checked here: [`SchedulerBuilder::build`](crate::SchedulerBuilder::build)
-    /// refuses an empty, duplicate or over-long name and a schedule it cannot
-    /// read, before anything runs.
+    /// refuses an empty, blank, duplicate or over-long name, a name with a
+    /// control character, and a schedule it cannot read, before anything
+    /// runs.
     pub fn new<F, Fut>(name: impl Into<String>, schedule: impl Into<String>, run: F) -> Self
     where
         F: Fn(Round) -> Fut + Send + Sync + 'static,

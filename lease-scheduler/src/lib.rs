@@ -4,6 +4,7 @@
 mod clock;
 mod error;
 mod job;
+mod log;
 pub mod metrics;
 mod round;
 mod schedule;

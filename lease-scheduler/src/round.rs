@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::job::{JobResult, Round};
+use crate::log::{Escaped, TARGET};
 use crate::metrics::{self, RoundLabel};
 use crate::schedule::Rfc3339;
 use crate::task::{JobTask, Kind};
@@ -139,8 +140,8 @@ impl JobTask {
         let _running = RunningGuard::new(&self.running, &job.name);
         let term = handle.term();
         let holder = handle.hold(&self.shutdown);
-        tracing::info!(
-            job = %job.name,
+        tracing::info!(target: TARGET,
+            job = ?job.name,
             instant = %Rfc3339(instant),
             term,
             rerun = kind.rerun,
@@ -173,11 +174,11 @@ impl JobTask {
             Ok((result, ended)) => self.ending(instant, result, *ended),
             Err(error) if error.is_lost() => Ending::CutShort,
             Err(error) => {
-                tracing::error!(
-                    job = %job.name,
+                tracing::error!(target: TARGET,
+                    job = ?job.name,
                     instant = %Rfc3339(instant),
                     term,
-                    error = %Chain(error),
+                    error = %Escaped(Chain(error)),
                     "round failed"
                 );
                 Ending::Failed
@@ -196,11 +197,11 @@ impl JobTask {
             Settle::Finish { passed } => match handle.finish(passed).await {
                 Ok(()) => fields.log_finished(lost),
                 Err(error) if error.is_lost() => fields.log_finished(true),
-                Err(error) => tracing::warn!(
-                    job = %job.name,
+                Err(error) => tracing::warn!(target: TARGET,
+                    job = ?job.name,
                     instant = %Rfc3339(instant),
                     term,
-                    error = %Chain(&error),
+                    error = %Escaped(Chain(&error)),
                     "could not record the round's end: its lease expires, and the instant \
                      runs again once"
                 ),
@@ -224,7 +225,7 @@ impl JobTask {
             lease: None,
             cancel: cancel.clone(),
         };
-        tracing::info!(job = %job.name, instant = %Rfc3339(instant), "round started");
+        tracing::info!(target: TARGET, job = ?job.name, instant = %Rfc3339(instant), "round started");
         metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
         let started = Instant::now();
         let run = job.run.clone();
@@ -242,19 +243,19 @@ impl JobTask {
         let ending = match &out {
             Ok((result, ended)) => self.ending(instant, result, *ended),
             Err(join) => {
-                tracing::error!(job = %job.name, instant = %Rfc3339(instant), error = %join, "round failed");
+                tracing::error!(target: TARGET, job = ?job.name, instant = %Rfc3339(instant), error = %Escaped(join), "round failed");
                 Ending::Failed
             }
         };
         metrics::round(RoundLabel::PerInstance, ending.label(), started.elapsed());
         match ending {
-            Ending::CutShort => tracing::warn!(
-                job = %job.name,
+            Ending::CutShort => tracing::warn!(target: TARGET,
+                job = ?job.name,
                 instant = %Rfc3339(instant),
                 "round cut short (a per-instance job's round is not run again)"
             ),
-            Ending::Ran | Ending::Failed => tracing::info!(
-                job = %job.name,
+            Ending::Ran | Ending::Failed => tracing::info!(target: TARGET,
+                job = ?job.name,
                 instant = %Rfc3339(instant),
                 elapsed = ?started.elapsed(),
                 "round finished"
@@ -269,10 +270,10 @@ impl JobTask {
     fn ending(&self, instant: UtcMillis, result: &JobResult, ended: bool) -> Ending {
         let ending = Ending::of(result.is_ok(), ended);
         if let (Ending::Failed, Err(error)) = (ending, result) {
-            tracing::warn!(
-                job = %self.job.name,
+            tracing::warn!(target: TARGET,
+                job = ?self.job.name,
                 instant = %Rfc3339(instant),
-                error = %Chain(&**error),
+                error = %Escaped(Chain(&**error)),
                 "round failed"
             );
         }
@@ -294,8 +295,8 @@ impl Fields<'_> {
     /// (`None`: not tried, the lease was lost).
     fn log_cut_short(&self, lost: bool, released: Option<bool>) {
         if self.kind.rerun {
-            tracing::warn!(
-                job = %self.job,
+            tracing::warn!(target: TARGET,
+                job = ?self.job,
                 instant = %Rfc3339(self.instant),
                 term = self.term,
                 rerun = self.kind.rerun,
@@ -305,8 +306,8 @@ impl Fields<'_> {
                 "rerun cut short too: the instant stays unfinished for good"
             );
         } else {
-            tracing::warn!(
-                job = %self.job,
+            tracing::warn!(target: TARGET,
+                job = ?self.job,
                 instant = %Rfc3339(self.instant),
                 term = self.term,
                 rerun = self.kind.rerun,
@@ -319,8 +320,8 @@ impl Fields<'_> {
     }
 
     fn log_finished(&self, lost: bool) {
-        tracing::info!(
-            job = %self.job,
+        tracing::info!(target: TARGET,
+            job = ?self.job,
             instant = %Rfc3339(self.instant),
             term = self.term,
             rerun = self.kind.rerun,

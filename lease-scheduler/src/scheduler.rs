@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{CancellationToken, Chain, Leases, MAX_NAME_BYTES};
+use lease_core::{CancellationToken, Chain, Leases, MAX_NAME_BYTES, validate_name};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -18,6 +18,7 @@ use tracing::Instrument as _;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::job::{Job, JobFn};
+use crate::log::Escaped;
 use crate::round::Running;
 use crate::schedule::{Rfc3339, Schedule};
 use crate::sweep::Sweep;
@@ -171,8 +172,12 @@ impl SchedulerBuilder {
     /// # Errors
     ///
     /// The first problem found, in registration order:
-    /// [`Error::EmptyName`], [`Error::DuplicateName`], [`Error::NameTooLong`]
-    /// (`cron:` and the name over [`MAX_NAME_BYTES`] bytes) or
+    /// [`Error::EmptyName`], [`Error::BlankName`] (only whitespace),
+    /// [`Error::DuplicateName`], [`Error::NameTooLong`] (`cron:` and the
+    /// name over [`MAX_NAME_BYTES`] bytes), [`Error::InvalidName`] (a
+    /// control character, a newline or an escape say: the lease name is
+    /// refused as [`validate_name`](lease_core::validate_name) refuses it,
+    /// and [`Leader::run`](lease_core::Leader::run) refuses a leader's) or
     /// [`Error::InvalidSchedule`].
     pub fn build(self) -> Result<Scheduler, Error> {
         let mut seen = HashSet::new();
@@ -180,6 +185,9 @@ impl SchedulerBuilder {
         for job in self.jobs {
             if job.name.is_empty() {
                 return Err(Error::EmptyName);
+            }
+            if job.name.trim().is_empty() {
+                return Err(Error::BlankName { job: job.name });
             }
             if !seen.insert(job.name.clone()) {
                 return Err(Error::DuplicateName { job: job.name });
@@ -195,6 +203,12 @@ impl SchedulerBuilder {
                     len: lease_name.len(),
                     max: MAX_NAME_BYTES,
                     job: job.name,
+                });
+            }
+            if let Err(source) = validate_name(&lease_name) {
+                return Err(Error::InvalidName {
+                    job: job.name,
+                    source,
                 });
             }
             let schedule =
@@ -288,19 +302,19 @@ impl Scheduler {
                 return Err(Error::Unavailable(error));
             }
             tracing::warn!(
-                error = %Chain(&error),
+                error = %Escaped(Chain(&error)),
                 "could not read the database's clock: per-instance jobs run by this process's clock"
             );
         }
         tracing::info!(
             jobs = inner.jobs.len(),
-            instance = %inner.leases.instance(),
+            instance = ?inner.leases.instance(),
             now = %Rfc3339(clock.now()),
             "scheduler started"
         );
         // At ERROR level, like the lease's own span, so that its field
         // reaches every event whatever level a subscriber filters at.
-        let span = tracing::error_span!("scheduler", instance = %inner.leases.instance());
+        let span = tracing::error_span!("scheduler", instance = ?inner.leases.instance());
         let running: Running = Arc::new(watch::channel(BTreeSet::new()).0);
         let mut tasks = JoinSet::new();
         let mut offers = HashMap::new();

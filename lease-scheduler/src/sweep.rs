@@ -9,6 +9,7 @@ use lease_core::{CancellationToken, Chain, Leases, Unfinished};
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
+use crate::log::{Escaped, TARGET};
 use crate::metrics;
 use crate::schedule::Rfc3339;
 use crate::scheduler::PREFIX;
@@ -32,8 +33,8 @@ impl Sweep {
                 Ok(found) => {
                     metrics::sweep(true);
                     for u in found {
-                        tracing::debug!(
-                            job = %u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
+                        tracing::debug!(target: TARGET,
+                            job = ?u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
                             instant = %Rfc3339(u.instant),
                             "rerun sweep found a round cut short"
                         );
@@ -45,8 +46,8 @@ impl Sweep {
                 }
                 Err(error) => {
                     metrics::sweep(false);
-                    tracing::warn!(
-                        error = %Chain(&error),
+                    tracing::warn!(target: TARGET,
+                        error = %Escaped(Chain(&error)),
                         "rerun sweep failed: the next one tries again"
                     );
                 }
@@ -58,7 +59,7 @@ impl Sweep {
                 () = tokio::time::sleep(pause) => {}
             }
             if let Err(error) = self.clock.sync(&self.leases).await {
-                tracing::debug!(error = %Chain(&error), "could not read the database's clock");
+                tracing::debug!(target: TARGET, error = %Escaped(Chain(&error)), "could not read the database's clock");
             }
         }
     }

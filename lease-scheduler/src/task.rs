@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+use crate::log::{Escaped, TARGET};
 use crate::metrics::{self, RoundLabel};
 use crate::round::{Ran, Running};
 use crate::schedule::Rfc3339;
@@ -66,7 +67,7 @@ impl JobTask {
                 return;
             }
             let Some(next) = self.job.schedule.next_after(cursor) else {
-                tracing::info!(job = %self.job.name, "the schedule has no instant left");
+                tracing::info!(target: TARGET, job = ?self.job.name, "the schedule has no instant left");
                 self.shutdown.cancelled().await;
                 return;
             };
@@ -130,13 +131,13 @@ impl JobTask {
         };
         match last {
             None => {
-                tracing::debug!(job = %job.name, "no catch-up: the job has never run");
+                tracing::debug!(target: TARGET, job = ?job.name, "no catch-up: the job has never run");
                 None
             }
             Some(last) if last >= latest => None,
             Some(last) => {
-                tracing::info!(
-                    job = %job.name,
+                tracing::info!(target: TARGET,
+                    job = ?job.name,
                     instant = %Rfc3339(latest),
                     last = %Rfc3339(last),
                     "catching up the last instant missed"
@@ -175,25 +176,25 @@ impl JobTask {
         let job = &self.job.name;
         if !error.is_retryable() {
             metrics::claim(round, "error");
-            tracing::error!(job = %job, instant = %Rfc3339(instant), error = %Chain(error), what, "round not run: the claim was refused");
+            tracing::error!(target: TARGET, job = ?job, instant = %Rfc3339(instant), error = %Escaped(Chain(error)), what, "round not run: the claim was refused");
             return false;
         }
         let retry_at = Instant::now() + self.leases.timings().retry_interval();
         if give_up.is_some_and(|at| retry_at >= at) {
             metrics::claim(round, "gave_up");
-            tracing::warn!(
-                job = %job,
+            tracing::warn!(target: TARGET,
+                job = ?job,
                 instant = %Rfc3339(instant),
-                error = %Chain(error),
+                error = %Escaped(Chain(error)),
                 what,
                 "gave up the instant: the database did not answer before the next instant was due"
             );
             return false;
         }
-        tracing::warn!(
-            job = %job,
+        tracing::warn!(target: TARGET,
+            job = ?job,
             instant = %Rfc3339(instant),
-            error = %Chain(error),
+            error = %Escaped(Chain(error)),
             what,
             retry_in = ?self.leases.timings().retry_interval(),
             "the database did not answer; trying again"
@@ -217,8 +218,8 @@ impl JobTask {
             match self.leases.claim_instant(&job.lease_name, instant).await {
                 Ok(None) => {
                     metrics::claim(kind.label(), "skipped");
-                    tracing::debug!(
-                        job = %job.name,
+                    tracing::debug!(target: TARGET,
+                        job = ?job.name,
                         instant = %Rfc3339(instant),
                         catch_up = kind.catch_up,
                         "instant skipped: claimed elsewhere, or the name is held"
@@ -229,8 +230,8 @@ impl JobTask {
                     metrics::claim(kind.label(), "claimed");
                     if let Some(given_up) = handle.superseded() {
                         metrics::superseded();
-                        tracing::warn!(
-                            job = %job.name,
+                        tracing::warn!(target: TARGET,
+                            job = ?job.name,
                             instant = %Rfc3339(instant),
                             superseded = %Rfc3339(given_up.instant),
                             superseded_rerun = given_up.rerun,
@@ -258,8 +259,8 @@ impl JobTask {
         match self.leases.claim_rerun(&offer).await {
             Ok(Some(handle)) => {
                 metrics::claim(RoundLabel::Rerun, "claimed");
-                tracing::info!(
-                    job = %job.name,
+                tracing::info!(target: TARGET,
+                    job = ?job.name,
                     instant = %Rfc3339(offer.instant),
                     term = handle.term(),
                     "running a round cut short again"
@@ -278,8 +279,8 @@ impl JobTask {
             }
             Ok(None) => {
                 metrics::claim(RoundLabel::Rerun, "skipped");
-                tracing::debug!(
-                    job = %job.name,
+                tracing::debug!(target: TARGET,
+                    job = ?job.name,
                     instant = %Rfc3339(offer.instant),
                     "rerun skipped: claimed again elsewhere, finished, or superseded"
                 );
@@ -287,10 +288,10 @@ impl JobTask {
             }
             Err(error) => {
                 metrics::claim(RoundLabel::Rerun, "error");
-                tracing::warn!(
-                    job = %job.name,
+                tracing::warn!(target: TARGET,
+                    job = ?job.name,
                     instant = %Rfc3339(offer.instant),
-                    error = %Chain(&error),
+                    error = %Escaped(Chain(&error)),
                     "rerun claim failed: the next sweep tries again"
                 );
                 None
@@ -309,8 +310,8 @@ impl JobTask {
             metrics::overrun(skipped);
             let first = schedule.next_after(from).unwrap_or(end);
             let last = schedule.latest_at_or_before(end).unwrap_or(end);
-            tracing::warn!(
-                job = %self.job.name,
+            tracing::warn!(target: TARGET,
+                job = ?self.job.name,
                 instant = %Rfc3339(instant),
                 skipped,
                 first_skipped = %Rfc3339(first),

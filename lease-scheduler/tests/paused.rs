@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Call, Logs, Row, T0, TestStore, secs};
-use lease_core::{CancellationToken, Finished, Leases};
+use lease_core::{CancellationToken, Chain, Finished, Leases, NameError};
 use lease_scheduler::{Error, Job, JobResult, Round, ScheduleError, Scheduler};
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
@@ -176,7 +176,7 @@ async fn each_instant_runs_when_it_comes_and_is_finished() {
     );
     let started = logs.matching(&[
         "round started",
-        "job=tick",
+        "job=\"tick\"",
         "instant=2025-12-01T10:00:20.000Z",
     ]);
     assert_eq!(started.len(), 1, "{:#?}", logs.lines());
@@ -270,7 +270,7 @@ async fn a_database_error_is_retried_within_the_instant() {
         rounds.all(),
         [seen(10_000, 14_000, 1), seen(20_000, 20_000, 2)]
     );
-    assert_eq!(logs.matching(&["trying again", "job=tick"]).len(), 2);
+    assert_eq!(logs.matching(&["trying again", "job=\"tick\""]).len(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -928,6 +928,118 @@ fn registration_errors_fail_the_build_with_a_clear_message() {
         ok.jobs().collect::<Vec<_>>(),
         ["a", "b", "c", "d", "e", "f", "g"]
     );
+}
+
+/// Issue 23, defect 3: a job name a lease name cannot hold fails the build,
+/// instead of building a job that never runs (every claim refused) and
+/// whose name forges log lines: a control character, with the error
+/// `validate_name` gives as the source; a name of whitespace only as blank.
+#[test]
+fn names_with_control_characters_or_only_whitespace_fail_the_build() {
+    let build = |name: &str| {
+        Scheduler::builder(Leases::new(TestStore::new()))
+            .job(Job::new(name, "@hourly", done))
+            .build()
+    };
+    for name in [
+        "report\nINFO forged line",
+        "a\u{1b}[2Jb",
+        "nul\0",
+        "del\u{7f}",
+        "c1\u{85}",
+        "cr\r",
+    ] {
+        let err = build(name).unwrap_err();
+        let Error::InvalidName { job, source } = &err else {
+            panic!("{name:?}: unexpected {err:?}");
+        };
+        assert_eq!(job, name);
+        let refused = lease_core::validate_name(&format!("cron:{name}")).unwrap_err();
+        assert!(
+            matches!(
+                source,
+                lease_core::Error::InvalidName {
+                    reason: NameError::ControlCharacter { .. }
+                }
+            ),
+            "{source:?}"
+        );
+        assert_eq!(source.to_string(), refused.to_string());
+        let shown = Chain(&err).to_string();
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+        assert!(shown.contains("control character"), "{shown}");
+    }
+    for name in [" ", "   ", "\t", " \n ", "\u{3000}"] {
+        let err = build(name).unwrap_err();
+        assert!(
+            matches!(&err, Error::BlankName { job } if job == name),
+            "{name:?}: {err:?}"
+        );
+        assert!(err.to_string().contains("blank"), "{err}");
+        assert!(!err.to_string().chars().any(char::is_control), "{err}");
+    }
+    // Spaces inside a name, and other Unicode, are names like any other.
+    let _ = build(" padded report ").unwrap();
+    let _ = build("rapport-été").unwrap();
+}
+
+/// Issue 23, defect 3: every string from outside that reaches the
+/// scheduler's log is escaped (the instance id, a job's error, a panic's
+/// message): no line holds a raw control character, and every event has
+/// the scheduler's one target.
+#[tokio::test(start_paused = true)]
+async fn text_from_outside_reaches_the_log_escaped() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let leases = Leases::new(store.clone()).with_instance("web-1\nINFO forged\u{1b}[2J");
+    let failing = |name: &str| {
+        Job::new(name, "@every 10s", |_round: Round| async {
+            Err("disk full\nERROR forged \u{1b}[31m".into())
+        })
+    };
+    let scheduler = Scheduler::builder(leases)
+        .job(failing("report"))
+        .job(failing("local").per_instance())
+        .job(
+            Job::new("panics", "@every 10s", |_round: Round| async {
+                panic!("(planted) boom\n\u{1b}[0m")
+            })
+            .per_instance(),
+        )
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(5));
+    until(&store, 11_000).await;
+    running.stop().await.unwrap();
+    let ours: Vec<(String, String)> = logs
+        .with_targets()
+        .into_iter()
+        .filter(|(target, _)| target.starts_with("lease_scheduler"))
+        .collect();
+    let lines: Vec<&str> = ours.iter().map(|(_, line)| line.as_str()).collect();
+    for (target, line) in &ours {
+        assert_eq!(target, "lease_scheduler::scheduler", "{line}");
+        assert!(
+            !line.chars().any(char::is_control),
+            "a raw control character: {line:?}"
+        );
+    }
+    let started = logs.matching(&["scheduler started"]);
+    assert_eq!(started.len(), 1, "{lines:#?}");
+    assert!(
+        started[0].contains(r#"instance="web-1\nINFO forged\u{1b}[2J""#),
+        "{started:?}"
+    );
+    // `Chain` puts a line break as a space; the escape is escaped.
+    let failed = logs.matching(&["round failed", r"error=disk full ERROR forged \u{1b}[31m"]);
+    assert_eq!(
+        failed.len(),
+        2,
+        "the cluster job and the per-instance one: {lines:#?}"
+    );
+    let panicked = logs.matching(&["round failed", "job=\"panics\"", "boom"]);
+    assert_eq!(panicked.len(), 1, "{lines:#?}");
 }
 
 #[tokio::test(start_paused = true)]

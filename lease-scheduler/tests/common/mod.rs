@@ -250,7 +250,8 @@ impl ForwardingStore for TestStore {
 /// and fields, one line each.
 #[derive(Debug, Clone, Default)]
 pub struct Logs {
-    lines: Arc<Mutex<Vec<String>>>,
+    /// (target, line) of each event.
+    lines: Arc<Mutex<Vec<(String, String)>>>,
     next_span: Arc<AtomicU64>,
 }
 
@@ -264,6 +265,16 @@ impl Logs {
     }
 
     pub fn lines(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+
+    /// Each event's target and line.
+    pub fn with_targets(&self) -> Vec<(String, String)> {
         self.lines.lock().unwrap().clone()
     }
 
@@ -312,7 +323,8 @@ impl tracing::Subscriber for Logs {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut line = Line(event.metadata().level().to_string());
         event.record(&mut line);
-        self.lines.lock().unwrap().push(line.0);
+        let target = event.metadata().target().to_owned();
+        self.lines.lock().unwrap().push((target, line.0));
     }
 
     fn enter(&self, _: &tracing::span::Id) {}
