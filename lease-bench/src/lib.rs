@@ -17,6 +17,8 @@
 //!   must catch;
 //! - [`rounds`]: the scheduler's rounds under load (the `scheduler`
 //!   binary and the benchmark's scheduler row);
+//! - [`scale`]: the scale run, one process holding many leases (the
+//!   `scale` binary only calls [`scale::main`]);
 //! - [`soak`]: the soak itself, contender and orchestrator (the `soak`
 //!   binary only calls [`soak::main`]);
 //! - [`url`]: which backend a URL names, and the same URL through a proxy.
@@ -26,6 +28,7 @@ pub mod clock;
 pub mod cpu;
 pub mod plant;
 pub mod rounds;
+pub mod scale;
 pub mod soak;
 pub mod stats;
 pub mod url;
