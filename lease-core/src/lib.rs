@@ -54,7 +54,7 @@ pub use store::{
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
-pub use timings::{Timings, TimingsBuilder};
+pub use timings::{Risk, Timings, TimingsBuilder};
 pub use token::{Token, instance_id};
 
 /// The attribute the [`LeaseStore`] and [`ForwardingStore`] impls are

@@ -422,7 +422,9 @@ impl LeaseStore for MemoryStore {
     async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
         let holder = token.expose();
         self.with(|t| match t.rows.get_mut(&self.key(name)) {
-            Some(row) if row.holder == holder => {
+            // Only a lease still held is given back: one released by force,
+            // or run out, was already gone.
+            Some(row) if row.holder == holder && row.expires_at_ms > self.now() => {
                 if !self.has(Fault::ReleaseKeepsLease) {
                     row.expires_at_ms = 0;
                 }

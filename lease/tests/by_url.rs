@@ -140,6 +140,7 @@ fn tight() -> dblease::Timings {
         .lease(std::time::Duration::from_secs(6))
         .renew(std::time::Duration::from_secs(1))
         .deadline(std::time::Duration::from_secs(4))
+        .grace(std::time::Duration::from_secs(2))
         .build()
         .unwrap()
 }
