@@ -983,65 +983,6 @@ fn names_with_control_characters_or_only_whitespace_fail_the_build() {
     let _ = build("rapport-été").unwrap();
 }
 
-/// Issue 23, defect 3: every string from outside that reaches the
-/// scheduler's log is escaped (the instance id, a job's error, a panic's
-/// message): no line holds a raw control character, and every event has
-/// the scheduler's one target.
-#[tokio::test(start_paused = true)]
-async fn text_from_outside_reaches_the_log_escaped() {
-    let (logs, _guard) = Logs::capture();
-    let store = TestStore::new();
-    let leases = Leases::new(store.clone()).with_instance("web-1\nINFO forged\u{1b}[2J");
-    let failing = |name: &str| {
-        Job::new(name, "@every 10s", |_round: Round| async {
-            Err("disk full\nERROR forged \u{1b}[31m".into())
-        })
-    };
-    let scheduler = Scheduler::builder(leases)
-        .job(failing("report"))
-        .job(failing("local").per_instance())
-        .job(
-            Job::new("panics", "@every 10s", |_round: Round| async {
-                panic!("(planted) boom\n\u{1b}[0m")
-            })
-            .per_instance(),
-        )
-        .build()
-        .unwrap();
-    until(&store, 1_000).await;
-    let running = start(scheduler, secs(5));
-    until(&store, 11_000).await;
-    running.stop().await.unwrap();
-    let ours: Vec<(String, String)> = logs
-        .with_targets()
-        .into_iter()
-        .filter(|(target, _)| target.starts_with("lease_scheduler"))
-        .collect();
-    let lines: Vec<&str> = ours.iter().map(|(_, line)| line.as_str()).collect();
-    for (target, line) in &ours {
-        assert_eq!(target, "lease_scheduler::scheduler", "{line}");
-        assert!(
-            !line.chars().any(char::is_control),
-            "a raw control character: {line:?}"
-        );
-    }
-    let started = logs.matching(&["scheduler started"]);
-    assert_eq!(started.len(), 1, "{lines:#?}");
-    assert!(
-        started[0].contains(r#"instance="web-1\nINFO forged\u{1b}[2J""#),
-        "{started:?}"
-    );
-    // `Chain` puts a line break as a space; the escape is escaped.
-    let failed = logs.matching(&["round failed", r"error=disk full ERROR forged \u{1b}[31m"]);
-    assert_eq!(
-        failed.len(),
-        2,
-        "the cluster job and the per-instance one: {lines:#?}"
-    );
-    let panicked = logs.matching(&["round failed", "job=\"panics\"", "boom"]);
-    assert_eq!(panicked.len(), 1, "{lines:#?}");
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_job_that_panics_before_its_future_fails_that_round_alone() {
     let store = TestStore::new();
