@@ -61,7 +61,11 @@ fn assert_code(out: &Output, code: i32) {
 /// A coordinator playing the replica `instance`, with the table migrated
 /// by the binary.
 async fn replica(url: &str, instance: &str) -> Leases {
-    dblease::connect(url).await.unwrap().with_instance(instance)
+    dblease::connect(url)
+        .await
+        .unwrap()
+        .with_instance(instance)
+        .unwrap()
 }
 
 async fn migrated(url: &str) {

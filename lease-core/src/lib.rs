@@ -31,9 +31,11 @@ mod testing;
 
 pub use capability::RELEASE_TIMEOUT;
 pub use context::{EndCause, LeaseContext};
-pub use error::{BoxError, Chain, DbErrorKind, Error, LostCause, NameError, Op, Result};
+pub use error::{
+    BoxError, Chain, ConnectFailure, DbErrorKind, Error, LostCause, NameError, Op, Result,
+};
 pub use forward::ForwardingStore;
-pub use guard::{BoxFuture, Dialect, GuardError, GuardParams, GuardStatement};
+pub use guard::{BoxFuture, BoxedGuardError, Dialect, GuardError, GuardParams, GuardStatement};
 pub use handle::Handle;
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
@@ -53,7 +55,7 @@ pub use store::{
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
 pub use timings::{Timings, TimingsBuilder};
-pub use token::instance_id;
+pub use token::{INSTANCE_VAR, MAX_INSTANCE_CHARS, instance_id};
 
 /// The attribute the [`LeaseStore`] and [`ForwardingStore`] impls are
 /// written with, re-exported so that an implementation names the same

@@ -83,7 +83,7 @@ impl Leases {
                     term,
                     slot = slot.as_millis(),
                     superseded = superseded.as_ref().map(|u| u.slot.as_millis()),
-                    instance = %self.instance(),
+                    instance = ?self.instance(),
                     "instant claimed"
                 );
                 Some(self.handle(name, holder, term, sent, Some(slot), superseded))
@@ -186,7 +186,7 @@ impl Leases {
                 name = ?u.name,
                 term,
                 slot = u.slot.as_millis(),
-                instance = %self.instance(),
+                instance = ?self.instance(),
                 "instant claimed a second time"
             );
             self.handle(&u.name, holder, term, sent, Some(u.slot), None)

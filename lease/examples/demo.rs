@@ -106,7 +106,7 @@ async fn replica(id: usize, url: &str) -> BoxResult<()> {
     // The store's server-side bounds follow the same timings.
     let leases = dblease::connect_with(url, timings()?)
         .await?
-        .with_instance(format!("replica-{id}"));
+        .with_instance(format!("replica-{id}"))?;
     // Runs until killed: the orchestrator ends every replica with SIGKILL.
     let shutdown = CancellationToken::new();
 

@@ -36,6 +36,7 @@ async fn leases(url: &str, instance: &str) -> Leases {
         .unwrap()
         .with_timings(timings())
         .with_instance(instance)
+        .unwrap()
 }
 
 /// The child: campaigns for `name` forever, printing
