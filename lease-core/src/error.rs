@@ -364,7 +364,7 @@ impl fmt::Display for DbErrorKind {
 /// assert_eq!(
 ///     slow.describe("PostgreSQL", "db:5432").to_string(),
 ///     "could not connect to PostgreSQL at db:5432 within 5 s (connect_timeout): \
-///      is that the server's address, and is its port open from here?"
+///      check the address and any firewall, or raise connect_timeout for a slow server"
 /// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -409,13 +409,13 @@ impl ConnectFailure {
                     ConnectFailure::TimedOut { after, setting } => write!(
                         f,
                         "could not connect to {database} at {server} within {} ({setting}): \
-                         is that the server's address, and is its port open from here?",
+                         check the address and any firewall, or raise {setting} for a slow server",
                         Seconds(*after)
                     ),
                     ConnectFailure::Credentials => write!(
                         f,
                         "could not connect to {database} at {server}: the server refused the \
-                         login; check the user name and password in the URL"
+                         login (check the user name and password in the URL)"
                     ),
                     ConnectFailure::Other => {
                         write!(f, "could not connect to {database} at {server}")
@@ -705,5 +705,29 @@ mod tests {
         );
         assert_eq!(Chain(&e).to_string(), "connect failed: refused");
         assert_eq!(Chain(&E("alone", None)).to_string(), "alone");
+        // A driver error quoting its source inside its own message (MariaDB's
+        // `Server error: `ERROR 1045 ...'`), two levels deep: each once.
+        let e = E(
+            "could not connect",
+            Some(Box::new(E(
+                "Input/output error: Input/output error: refused (os error 111)",
+                Some(Box::new(E(
+                    "Input/output error: refused (os error 111)",
+                    Some(Box::new(E("refused (os error 111)", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            Chain(&e).to_string(),
+            "could not connect: Input/output error: Input/output error: refused (os error 111)"
+        );
+        let e = E(
+            "Server error: `ERROR 1045 (28000): Access denied'",
+            Some(Box::new(E("ERROR 1045 (28000): Access denied", None))),
+        );
+        assert_eq!(
+            Chain(&e).to_string(),
+            "Server error: `ERROR 1045 (28000): Access denied'"
+        );
     }
 }

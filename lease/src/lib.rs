@@ -29,10 +29,12 @@ pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
 
 /// Why [`connect`] could not give a coordinator.
 ///
-/// Its `Display` is one line with the cause (`could not open the postgres lease
-/// store: cannot connect to PostgreSQL at db:5432: ...`), and so is its
-/// `Debug`, so that a `main` returning it prints something a person can read;
-/// never a password.
+/// Its `Display` is one line with each distinct cause once, in the
+/// library's words where the driver's are jargon, saying what to try
+/// (`could not connect to PostgreSQL: connection refused: is the server
+/// running on db:5432?`; the crate docs have a table of them), and so is its
+/// `Debug`, so that a `main` returning it prints something a person can
+/// read; never a password.
 #[non_exhaustive]
 pub enum ConnectError {
     /// The URL names a database this build was compiled without.
@@ -53,9 +55,10 @@ pub enum ConnectError {
     /// [`from_env`] found no URL.
     MissingEnv(&'static str),
     /// The backend refused the URL or could not connect. The backend's
-    /// error is part of the message (its whole cause chain, on one line), so
-    /// [`source`](std::error::Error::source) does not repeat it; downcast
-    /// `source` (this field) to the backend's error type to match on it.
+    /// error is the message (its whole cause chain, on one line, as
+    /// [`Chain`] shows it), so [`source`](std::error::Error::source) does
+    /// not repeat it; downcast `source` (this field) to the backend's error
+    /// type (`PostgresError`, `MySqlError`, `SqliteError`) to match on it.
     Backend {
         /// The backend: `sqlite`, `postgres` or `mysql`.
         backend: &'static str,
@@ -78,29 +81,18 @@ impl fmt::Display for ConnectError {
                  postgresql://, mysql://, mariadb://, sqlite://PATH or sqlite::memory:"
             ),
             ConnectError::MissingEnv(var) => write!(f, "the environment variable {var} is not set"),
-            ConnectError::Backend { backend, source } => {
-                write!(f, "could not open the {backend} lease store: {source}")?;
-                let mut cause = source.source();
-                while let Some(c) = cause {
-                    write!(f, ": {c}")?;
-                    cause = c.source();
-                }
-                Ok(())
-            }
+            // Every backend's errors name their database ("could not
+            // connect to PostgreSQL", "invalid MySQL connection URL",
+            // "cannot open the SQLite database").
+            ConnectError::Backend { source, .. } => fmt::Display::fmt(&Chain(&**source), f),
         }
     }
 }
 
 impl fmt::Debug for ConnectError {
-    /// The message and its causes on one line, as `Display` plus any source.
+    /// The message and its causes on one line, as [`Chain`] shows them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")?;
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
-        }
-        Ok(())
+        fmt::Display::fmt(&Chain(self), f)
     }
 }
 
