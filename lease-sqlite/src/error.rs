@@ -59,6 +59,15 @@ pub enum SqliteError {
         source: rusqlite::Error,
     },
 
+    /// The database file does not exist, and the store was asked not to
+    /// create it ([`OpenMode::Existing`](crate::OpenMode::Existing) or
+    /// [`OpenMode::ReadOnly`](crate::OpenMode::ReadOnly)).
+    #[error("no SQLite database at {}: the file does not exist", path.display())]
+    Missing {
+        /// The path given.
+        path: PathBuf,
+    },
+
     /// The database file could not be switched to write-ahead logging (some
     /// file systems cannot share the memory WAL needs).
     #[error("the SQLite database at {} stays in journal mode {mode:?}, not WAL", path.display())]
