@@ -252,14 +252,49 @@ pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
 ///
 /// Cancel safe: nothing is kept until it returns.
 pub async fn connect_backend_with(url: &str, timings: &Timings) -> Result<Backend, ConnectError> {
+    open(url, None, timings).await
+}
+
+/// [`connect_backend_with`], on the lease table `table` rather than the
+/// backend's default (`gst_leases`): for a service that keeps its leases in
+/// a table of its own (each backend's `with_table`: a plain identifier, or
+/// `schema.table` on PostgreSQL and MySQL).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let timings = dblease::Timings::default();
+/// let backend = dblease::connect_backend_on("sqlite::memory:", "billing_leases", &timings).await?;
+/// let leases = backend.leases().with_timings(timings);
+/// leases.migrate().await?; // creates billing_leases
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`connect_store`]; [`ConnectError::Backend`] for a table name the
+/// backend refuses.
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is kept until it returns.
+pub async fn connect_backend_on(
+    url: &str,
+    table: &str,
+    timings: &Timings,
+) -> Result<Backend, ConnectError> {
+    open(url, Some(table), timings).await
+}
+
+async fn open(url: &str, table: Option<&str>, timings: &Timings) -> Result<Backend, ConnectError> {
     let (backend, scheme) = backend_of(url)?;
     match backend {
         UrlDialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        UrlDialect::Sqlite => open_sqlite(url, scheme, timings).await,
-        UrlDialect::Postgres => open_postgres(url, scheme, timings).await,
-        UrlDialect::MySql => open_mysql(url, scheme, timings).await,
+        UrlDialect::Sqlite => open_sqlite(url, scheme, table, timings).await,
+        UrlDialect::Postgres => open_postgres(url, scheme, table, timings).await,
+        UrlDialect::MySql => open_mysql(url, scheme, table, timings).await,
     }
 }
 
@@ -337,10 +372,17 @@ impl Backend {
 async fn open_sqlite(
     url: &str,
     _scheme: String,
+    table: Option<&str>,
     timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     let opened = match lease_sqlite::SqliteStore::builder(url) {
-        Ok(builder) => builder.with_timings(timings).connect().await,
+        Ok(builder) => {
+            let builder = match table {
+                Some(table) => builder.with_table(table),
+                None => builder,
+            };
+            builder.with_timings(timings).connect().await
+        }
         Err(e) => Err(e),
     };
     opened
@@ -355,6 +397,7 @@ async fn open_sqlite(
 async fn open_sqlite(
     _url: &str,
     scheme: String,
+    _table: Option<&str>,
     _timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
@@ -367,10 +410,17 @@ async fn open_sqlite(
 async fn open_postgres(
     url: &str,
     _scheme: String,
+    table: Option<&str>,
     timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     let opened = match lease_postgres::PostgresStore::builder(url) {
-        Ok(builder) => builder.with_timings(timings).connect().await,
+        Ok(builder) => {
+            let builder = match table {
+                Some(table) => builder.with_table(table),
+                None => builder,
+            };
+            builder.with_timings(timings).connect().await
+        }
         Err(e) => Err(e),
     };
     opened
@@ -385,6 +435,7 @@ async fn open_postgres(
 async fn open_postgres(
     _url: &str,
     scheme: String,
+    _table: Option<&str>,
     _timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
@@ -397,10 +448,17 @@ async fn open_postgres(
 async fn open_mysql(
     url: &str,
     _scheme: String,
+    table: Option<&str>,
     timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     let opened = match lease_mysql::MySqlStore::builder(url) {
-        Ok(builder) => builder.with_timings(timings).connect().await,
+        Ok(builder) => {
+            let builder = match table {
+                Some(table) => builder.with_table(table),
+                None => builder,
+            };
+            builder.with_timings(timings).connect().await
+        }
         Err(e) => Err(e),
     };
     opened
@@ -415,6 +473,7 @@ async fn open_mysql(
 async fn open_mysql(
     _url: &str,
     scheme: String,
+    _table: Option<&str>,
     _timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
