@@ -24,6 +24,13 @@ pub use lease_sqlite as sqlite;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
 pub use lease_sqlx as sqlx;
 
+/// The workspace's README, whose examples are compiled (and the runnable
+/// ones run) as this crate's doctests, so that they stay true. Left out of
+/// every other build: the file is outside this package.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod workspace_readme {}
+
 /// The environment variable [`from_env`] reads the database URL from.
 pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
 
@@ -194,7 +201,7 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), dblease::BoxError> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use dblease::{Backend, BoxError, GuardError, LeaseContext};
 ///
 /// let backend = dblease::connect_backend("sqlite::memory:").await?;
@@ -221,7 +228,8 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 /// match written {
 ///     Ok(rows) => assert_eq!(rows, 1),
 ///     Err(e) if e.is_lost() => { /* stop the work under this lease */ }
-///     Err(e) => return Err(e.into_boxed()),
+///     // `into_boxed` gives an `Error`, which converts into `Box<dyn Error>`.
+///     Err(e) => return Err(e.into_boxed().into()),
 /// }
 /// holder.stop().await;
 /// handle.release().await?;
