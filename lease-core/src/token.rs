@@ -176,4 +176,52 @@ mod tests {
         let err = validate_instance(&"é".repeat(256), "test").unwrap_err();
         assert!(err.to_string().contains("256 characters long"), "{err}");
     }
+
+    /// `LEASE_INSTANCE` names the instance when it is set and valid; a
+    /// refused one leaves the default. Run in a child process of this test
+    /// binary, with the variable set there (this process's environment is
+    /// shared by every test).
+    #[test]
+    fn lease_instance_is_read_from_the_environment() {
+        const CHILD: &str = "LEASE_TEST_INSTANCE_EXPECTED";
+        if let Ok(expected) = std::env::var(CHILD) {
+            let leases =
+                crate::Leases::from_arc(std::sync::Arc::new(crate::memtable::MemTable::new()));
+            let expected = if expected == "the default" {
+                instance_id().to_owned()
+            } else {
+                expected
+            };
+            assert_eq!(leases.instance(), expected);
+            return;
+        }
+        let me = std::env::current_exe().unwrap();
+        for (value, expected) in [
+            ("web-7", "web-7"),
+            ("pod web-7 \"blue\"", "pod web-7 \"blue\""),
+            ("web-7\nFORGED", "the default"),
+            ("", "the default"),
+        ] {
+            let out = std::process::Command::new(&me)
+                .args([
+                    "--exact",
+                    "token::tests::lease_instance_is_read_from_the_environment",
+                    "--nocapture",
+                ])
+                .env(INSTANCE_VAR, value)
+                .env(CHILD, expected)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "LEASE_INSTANCE={value:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+                "the child ran the test"
+            );
+        }
+    }
 }
