@@ -77,7 +77,7 @@ impl Leases {
 /// | event | level | fields |
 /// | --- | --- | --- |
 /// | `lock taken` | debug | `name`, `term`, `instance` |
-/// | `lock held elsewhere` | debug | `name`, `holder` (instance), `term` |
+/// | `lock held elsewhere` | debug | `name`, `held_by` (instance), `term` |
 /// | `lock lost while its work ran` | warn | `name`, `term`, `cause` |
 /// | `waiting for the lock: the database did not answer` | warn | `name`, `error` |
 #[derive(Clone)]
@@ -120,7 +120,7 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::InvalidName`], [`Error::Database`] or [`Error::Timeout`].
-    pub async fn holder(&self) -> crate::Result<Option<LeaseInfo>> {
+    pub async fn held_by(&self) -> crate::Result<Option<LeaseInfo>> {
         Ok(self.leases.get(&self.name).await?.filter(LeaseInfo::held))
     }
 
@@ -285,7 +285,7 @@ impl Lock {
         let by = self.leases.get(&self.name).await.ok().flatten();
         tracing::debug!(
             name = ?self.name,
-            holder = by.as_ref().map(|i| tracing::field::debug(&i.instance)),
+            held_by = by.as_ref().map(|i| tracing::field::debug(&i.instance)),
             term = by.as_ref().map(|i| i.term),
             "lock held elsewhere"
         );
@@ -413,7 +413,7 @@ impl<T> LockError<T> {
 
     /// Who held the lock, for [`LockError::Held`].
     #[must_use]
-    pub fn holder(&self) -> Option<&LeaseInfo> {
+    pub fn held_by(&self) -> Option<&LeaseInfo> {
         match self {
             LockError::Held { by, .. } => by.as_ref(),
             _ => None,
@@ -555,7 +555,7 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO, "try_run never waits");
         assert_eq!(ran.load(Ordering::SeqCst), 0, "the work must not run");
         assert!(err.is_held() && err.is_retryable(), "{err:?}");
-        let by = err.holder().expect("who holds it");
+        let by = err.held_by().expect("who holds it");
         assert_eq!((by.instance.as_str(), by.term), ("web-2", 1));
         assert_eq!(by.time_left(), Duration::from_secs(15));
         assert_eq!(

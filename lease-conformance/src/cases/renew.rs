@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_core::Timings;
+use lease_core::{Timings, Token};
 
 use super::{assert_lost, claimed, db_now, ok};
 use crate::Ctx;
@@ -127,7 +127,7 @@ pub async fn renew_answers_the_database_now_it_wrote_with(ctx: Ctx) {
     let lease_ms = leases.timings().lease_ms();
     for i in 0..3 {
         let before = db_now(&leases).await.as_millis();
-        let answered = match store.renew(&name, h.holder(), lease_ms).await {
+        let answered = match store.renew(&name, h.token(), lease_ms).await {
             Ok(answered) => answered,
             Err(e) => panic!("renewal {i} by the holder failed: {e}"),
         };
@@ -153,7 +153,11 @@ pub async fn renew_answers_the_database_now_it_wrote_with(ctx: Ctx) {
         );
     }
     let other = match store
-        .renew(&name, "0123456789abcdef0123456789abcdef", lease_ms)
+        .renew(
+            &name,
+            Token::new("0123456789abcdef0123456789abcdef"),
+            lease_ms,
+        )
         .await
     {
         Ok(other) => other,
