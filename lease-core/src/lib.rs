@@ -55,7 +55,7 @@ pub use store::{
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
-pub use timings::{Timings, TimingsBuilder};
+pub use timings::{Risk, Timings, TimingsBuilder};
 pub use token::{INSTANCE_VAR, MAX_INSTANCE_CHARS, Token, instance_id};
 
 /// The attribute the [`LeaseStore`] and [`ForwardingStore`] impls are

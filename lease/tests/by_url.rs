@@ -70,7 +70,12 @@ async fn sqlite_by_url() {
 /// itself, the same URL on the default table, only reads.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 async fn on_server(url: &str, scheme: &str, other: &str) {
-    dblease::connect(url).await.unwrap().available().await.unwrap();
+    dblease::connect(url)
+        .await
+        .unwrap()
+        .available()
+        .await
+        .unwrap();
     let table = common::own_table(url);
     for url in [url.to_owned(), url.replacen(scheme, other, 1)] {
         let leases = common::leases_on(&url, &table.name, Timings::default()).await;
@@ -151,6 +156,7 @@ fn tight() -> dblease::Timings {
         .lease(std::time::Duration::from_secs(6))
         .renew(std::time::Duration::from_secs(1))
         .deadline(std::time::Duration::from_secs(4))
+        .grace(std::time::Duration::from_secs(2))
         .build()
         .unwrap()
 }
