@@ -55,6 +55,9 @@ pub(crate) async fn open(
     table: Option<&str>,
     access: Access,
 ) -> Result<Db, ConnectError> {
+    // Only SQLite has files to open read-only.
+    #[cfg(not(feature = "sqlite"))]
+    let _ = access;
     let backend = match scheme(url) {
         #[cfg(feature = "sqlite")]
         Some(s) if dblease::sqlite::SCHEMES.contains(&s.as_str()) => {

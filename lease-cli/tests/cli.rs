@@ -443,10 +443,9 @@ async fn drop_table(url: &str, table: &str) {
             .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
             .await
             .unwrap();
-        return;
     }
     #[cfg(feature = "mysql")]
-    {
+    if url.starts_with("mysql") || url.starts_with("mariadb") {
         use dblease::mysql::mysql_async::prelude::Queryable;
         let store = dblease::mysql::MySqlStore::builder(url)
             .unwrap()

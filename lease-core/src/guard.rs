@@ -445,8 +445,9 @@ mod tests {
         let boxed = lost.into_boxed();
         assert!(boxed.get().is_lost());
         // `?` into `Box<dyn Error>`, as a `main` returning one does.
+        let commit = || -> Result<(), GuardError<BoxError>> { Err(GuardError::not_holder("job")) };
         let main_like = || -> Result<(), Box<dyn StdError>> {
-            Err(GuardError::<BoxError>::not_holder("job")).map_err(GuardError::into_boxed)?;
+            commit().map_err(GuardError::into_boxed)?;
             Ok(())
         };
         let err = main_like().unwrap_err();

@@ -70,7 +70,8 @@ impl fmt::Debug for Leases {
 
 impl Leases {
     /// A coordinator on `store`, with the default timings and this process's
-    /// [`instance_id`].
+    /// [`instance_id`](crate::instance_id) (or `LEASE_INSTANCE`: see
+    /// [`with_instance`](Self::with_instance)).
     pub fn new<S: LeaseStore>(store: S) -> Self {
         Self::from_arc(Arc::new(store))
     }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use dblease::{Leases, Timings, UtcMillis};
+use dblease::{Leases, UtcMillis};
 
 /// What a service does with leases, written once.
 async fn scenario(leases: &Leases, tag: &str) {
@@ -78,7 +78,7 @@ async fn on_server(url: &str, scheme: &str, other: &str) {
         .unwrap();
     let table = common::own_table(url);
     for url in [url.to_owned(), url.replacen(scheme, other, 1)] {
-        let leases = common::leases_on(&url, &table.name, Timings::default()).await;
+        let leases = common::leases_on(&url, &table.name, dblease::Timings::default()).await;
         scenario(&leases, &url[..url.find(':').unwrap()]).await;
     }
 }
