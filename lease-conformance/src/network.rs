@@ -804,8 +804,11 @@ async fn hold_through_the_proxy(
     let timings = timings();
     let leases = proxied
         .with_timings(timings)
-        .with_instance(format!("network-{label}-holder"));
-    let rival = direct.with_instance(format!("network-{label}-rival"));
+        .with_instance(format!("network-{label}-holder"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rival = direct
+        .with_instance(format!("network-{label}-rival"))
+        .unwrap_or_else(|e| panic!("{e}"));
     ok(rival.migrate().await, "migrate() through the direct store");
     let name = unique_name(label);
     let handle = claimed(

@@ -58,7 +58,7 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 /// let shutdown = CancellationToken::new();
 /// let mut replicas = Vec::new();
 /// for instance in ["a", "b"] {
-///     let leases = Leases::from_arc(store.clone()).with_instance(instance);
+///     let leases = Leases::from_arc(store.clone()).with_instance(instance)?;
 ///     leases.migrate().await?;
 ///     let ran = ran.clone();
 ///     let scheduler = Scheduler::builder(leases)

@@ -26,14 +26,18 @@ async fn until(store: &TestStore, at_ms: i64) {
 }
 
 /// Issue 23, defect 3: every string from outside that reaches the
-/// scheduler's log is escaped (the instance id, a job's error, a panic's
-/// message): no line holds a raw control character, and every event has
+/// scheduler's log is escaped (the instance id, quoted; a job's error and a
+/// panic's message, their control characters escaped): no line holds a raw control character, and every event has
 /// the scheduler's one target.
 #[tokio::test(start_paused = true)]
 async fn text_from_outside_reaches_the_log_escaped() {
     let (logs, _guard) = Logs::capture();
     let store = TestStore::new();
-    let leases = Leases::new(store.clone()).with_instance("web-1\nINFO forged\u{1b}[2J");
+    // An instance id with a control character is refused (`with_instance`);
+    // quotes and `=` remain, and must not forge a field.
+    let leases = Leases::new(store.clone())
+        .with_instance("web-1\" forged=\"yes")
+        .unwrap();
     let failing = |name: &str| {
         Job::new(name, "@every 10s", |_round: Round| async {
             Err("disk full\nERROR forged \u{1b}[31m".into())
@@ -73,7 +77,7 @@ async fn text_from_outside_reaches_the_log_escaped() {
     let started = logs.matching(&["scheduler started"]);
     assert_eq!(started.len(), 1, "{lines:#?}");
     assert!(
-        started[0].contains(r#"instance="web-1\nINFO forged\u{1b}[2J""#),
+        started[0].contains(r#"instance="web-1\" forged=\"yes""#),
         "{started:?}"
     );
     // `Chain` puts a line break as a space; the escape is escaped.
