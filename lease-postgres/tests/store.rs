@@ -200,6 +200,8 @@ async fn the_statement_timeout_is_derived_from_the_timings() {
         .lease(std::time::Duration::from_secs(6))
         .renew(std::time::Duration::from_secs(1))
         .deadline(std::time::Duration::from_secs(4))
+        // Within the 2 s step-down margin, as the timings now require.
+        .grace(std::time::Duration::from_secs(1))
         .build()
         .unwrap();
     let tight = PostgresStore::builder(&url)
