@@ -45,7 +45,8 @@
 //!   `--batch` held leases per call, beside the same batch statement by
 //!   hand (PostgreSQL's `UPDATE ... FROM unnest(..) RETURNING`, SQLite's
 //!   `UPDATE ... WHERE (name, holder) IN (VALUES ..) RETURNING`, MariaDB's
-//!   `UPDATE` and read in one transaction); latency per call, ops/s in
+//!   `UPDATE`, and a read of the rows held only when it matched fewer rows
+//!   than the batch has leases); latency per call, ops/s in
 //!   leases renewed per second.
 //!
 //! SQLite's store runs on one connection of its own, which nothing outside

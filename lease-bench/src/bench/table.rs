@@ -206,7 +206,9 @@ const FOOTNOTES: [(&str, &str); 5] = [
     ),
     (
         "⁵",
-        "⁵ The same lease figures beside the floor on a connection per worker (an application's own pool          of that many connections to the file, same pragmas, SQLite's busy handler with a 5 s timeout);          the rows without the mark are beside the floor on one connection.",
+        "⁵ The same lease figures beside the floor on a connection per worker (an application's own pool \
+         of that many connections to the file, same pragmas, SQLite's busy handler with a 5 s timeout); \
+         the rows without the mark are beside the floor on one connection.",
     ),
 ];
 

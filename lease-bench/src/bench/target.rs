@@ -174,6 +174,17 @@ impl Raw {
     }
 }
 
+/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
+/// (`Rows matched: 3  Changed: 3  Warnings: 0`); `None` without one.
+pub(crate) fn rows_matched(info: &str) -> Option<usize> {
+    info.split("Rows matched:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// One hand-written statement on an SQLite connection.
 fn sqlite_exec(conn: &rusqlite::Connection, sql: &str, params: Params) -> rusqlite::Result<usize> {
     let mut stmt = conn.prepare_cached(sql)?;
@@ -237,18 +248,22 @@ impl Raw {
                     values.push(h.as_str().into());
                 }
                 let mut conn = pool.get_conn().await?;
-                let mut tx = conn
-                    .start_transaction(mysql_async::TxOpts::default())
-                    .await?;
-                tx.exec_drop(
+                conn.exec_drop(
                     update.as_str(),
                     mysql_async::Params::Positional(values.clone()),
                 )
                 .await?;
-                let held: Vec<String> = tx
+                // The OK packet says how many rows matched (whatever
+                // CLIENT_FOUND_ROWS says): all of them, and the batch is
+                // done in one round trip; fewer, and a read says which.
+                let distinct: std::collections::HashSet<&str> =
+                    leases.iter().map(|(n, _)| n.as_str()).collect();
+                if rows_matched(&conn.info()) == Some(distinct.len()) {
+                    return Ok(distinct.len());
+                }
+                let held: Vec<String> = conn
                     .exec(read.as_str(), mysql_async::Params::Positional(values))
                     .await?;
-                tx.commit().await?;
                 Ok(held.len())
             }
             Raw::SqlitePool(_) => Err("the batch renewal's floor runs on one connection".into()),
@@ -371,13 +386,14 @@ impl Sql {
 }
 
 impl Sql {
-    /// The batch renewal of `count` leases written by hand, as the store
-    /// sends it: PostgreSQL one `UPDATE ... FROM unnest(..) RETURNING`
-    /// (`$1` names, `$2` holders); SQLite one `UPDATE ... WHERE (name,
-    /// holder) IN (VALUES ..) RETURNING` (the pairs, in order); MySQL the
-    /// `UPDATE` then the read of the rows held, both bound to the names
-    /// and then the pairs (`name IN` lets MariaDB use the key). The second
-    /// string is MySQL's read (empty elsewhere).
+    /// The batch renewal of `count` leases written by hand: PostgreSQL one
+    /// `UPDATE ... FROM unnest(..) RETURNING` (`$1` names, `$2` holders);
+    /// SQLite one `UPDATE ... WHERE (name, holder) IN (VALUES ..)
+    /// RETURNING` (the pairs, in order); MySQL the `UPDATE` (no `RETURNING`
+    /// on MariaDB's `UPDATE`), and the read of the rows held only when the
+    /// update matched fewer rows than the batch has leases, both bound to
+    /// the names and then the pairs (`name IN` lets MariaDB use the key).
+    /// The second string is MySQL's read (empty elsewhere).
     pub(crate) fn renew_many(backend: Backend, count: usize) -> (String, String) {
         let pairs = |first: usize| {
             (0..count)
@@ -693,6 +709,22 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(renewed, 2, "a and b by their holder, nothing else");
+    }
+
+    /// The rows matched are read from the OK packet's info, and nothing
+    /// else passes for them.
+    #[test]
+    fn the_rows_matched_come_from_the_ok_packets_info() {
+        assert_eq!(
+            rows_matched("Rows matched: 1000  Changed: 998  Warnings: 0"),
+            Some(1000)
+        );
+        assert_eq!(
+            rows_matched("Rows matched: 0  Changed: 0  Warnings: 0"),
+            Some(0)
+        );
+        assert_eq!(rows_matched(""), None);
+        assert_eq!(rows_matched("Records: 3  Duplicates: 0  Warnings: 0"), None);
     }
 
     /// MySQL binds positionally: the names once, then the pairs, in the

@@ -208,4 +208,32 @@ mod tests {
         assert_eq!(trips.of("claim + release ⁵"), None);
         assert_eq!(trips.of("scheduler, 200 jobs/s ⁴"), None);
     }
+
+    /// On a real server, the floors' round trips come out as written by
+    /// hand: a claim and a release two, a renewal one, the unguarded
+    /// transaction three (BEGIN, the update, COMMIT), the batch one; and
+    /// each operation of the lease at least one. Skipped without
+    /// `LEASE_TEST_POSTGRES_URL` / `LEASE_TEST_MYSQL_URL` (it uses the
+    /// bench's own table, `lease_bench`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_floors_round_trips_are_counted_on_the_wire() {
+        for var in ["LEASE_TEST_POSTGRES_URL", "LEASE_TEST_MYSQL_URL"] {
+            let Ok(url) = std::env::var(var) else {
+                eprintln!("{var} not set: skipped");
+                continue;
+            };
+            let trips = measure(&url, Synchronous::Full, 8).await.unwrap().unwrap();
+            let hand = |op: &str| trips.of(op).map(|(_, hand)| hand);
+            assert_eq!(hand("claim + release"), Some(2), "{var}: {trips:?}");
+            assert_eq!(hand("renew"), Some(1), "{var}: {trips:?}");
+            assert_eq!(hand("contended claim"), Some(1), "{var}: {trips:?}");
+            assert_eq!(hand("instant claim + finish"), Some(2), "{var}: {trips:?}");
+            assert_eq!(hand("guarded transaction"), Some(3), "{var}: {trips:?}");
+            assert_eq!(hand("renew_many"), Some(1), "{var}: {trips:?}");
+            assert!(
+                trips.by_op.iter().all(|(_, (lease, _))| *lease >= 1),
+                "{var}: {trips:?}"
+            );
+        }
+    }
 }
