@@ -76,7 +76,7 @@ bench=(target/release/bench --seconds "$seconds" --concurrency "$concurrency" --
   echo "## Operations beside their floors"
   echo
   echo "Each row: the operation through lease-core (lease) and its statements by hand (hand SQL)"
-  echo "on the same pool, with \\`SELECT 1\\`; the p50 and p99 ratios (lease ÷ hand); for the contended"
+  echo "on the same pool, with \`SELECT 1\`; the p50 and p99 ratios (lease ÷ hand); for the contended"
   echo "claim, the claims won per second on each side; on the servers, the round trips of one"
   echo "operation of each side counted on the wire (a proxy parsing what the client sends). SQLite's"
   echo "rows marked ⁵ are beside its second floor, a connection per worker."
