@@ -31,7 +31,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, ClaimRequest, Finished, ForwardingStore, LeaseStore};
+use lease_core::{BoxError, ClaimRequest, FinishRequest, Finished, ForwardingStore, LeaseStore};
 
 /// Which bug, if any, a soak's contenders carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -157,10 +157,10 @@ impl ForwardingStore for PlantedStore {
     }
 
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        let ClaimRequest { name, holder, .. } = claim;
+        let ClaimRequest { name, token, .. } = claim;
         match (self.plant, self.inner.claim(claim).await?) {
             (Plant::PhantomClaim, Some(_)) => {
-                let _ = self.inner.release(name, holder).await?;
+                let _ = self.inner.release(name, token).await?;
                 self.inner.claim(claim).await
             }
             (Plant::LyingLock, None) if name.starts_with("lock:") => {
@@ -170,20 +170,16 @@ impl ForwardingStore for PlantedStore {
         }
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        match (self.plant, holder) {
-            (Plant::LostFinish, Some(holder)) => Ok(if self.inner.release(name, holder).await? {
-                Finished::Released
-            } else {
-                Finished::NotRecorded
-            }),
-            _ => self.inner.finish(name, holder, slot_ms, passed_ms).await,
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        match (self.plant, finish.token) {
+            (Plant::LostFinish, Some(token)) => {
+                Ok(if self.inner.release(finish.name, token).await? {
+                    Finished::Released
+                } else {
+                    Finished::NotRecorded
+                })
+            }
+            _ => self.inner.finish(finish).await,
         }
     }
 }
@@ -250,9 +246,9 @@ mod capability_tests {
         let leases = Leases::new(PlantedStore::new(inner, Plant::LostFinish));
         leases.migrate().await.unwrap();
         let slot = lease_core::UtcMillis::from_millis(1_000);
-        let round = leases.claim_slot("cron:j", slot).await.unwrap().unwrap();
+        let round = leases.claim_instant("cron:j", slot).await.unwrap().unwrap();
         round.finish(slot).await.unwrap();
-        let found = leases.unfinished_slots(&["cron:j"]).await.unwrap();
+        let found = leases.unfinished_instants(&["cron:j"]).await.unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
     }
 }

@@ -74,8 +74,8 @@ fn instant(ms: Option<i64>) -> Value {
 /// `watch --json` print (the fields are listed in the README).
 pub(crate) fn json(info: &LeaseInfo) -> Value {
     let expires = info.expires_at().map(|t| t.as_millis());
-    let last = info.last_slot().map(|t| t.as_millis());
-    let unfinished = info.unfinished_slot().map(|t| t.as_millis());
+    let last = info.last_instant().map(|t| t.as_millis());
+    let unfinished = info.unfinished_instant().map(|t| t.as_millis());
     let rerun = (info.rerun_slot_ms != 0).then_some(info.rerun_slot_ms);
     json!({
         "name": info.name,
@@ -107,7 +107,7 @@ fn left(info: &LeaseInfo) -> String {
 /// The last instant for the table: `-` when none, marked `(unfinished)`
 /// while its round has not run to its end.
 fn last_instant(info: &LeaseInfo) -> String {
-    match (info.last_slot(), info.unfinished_slot()) {
+    match (info.last_instant(), info.unfinished_instant()) {
         (None, _) => "-".to_owned(),
         (Some(t), None) => rfc3339(t.as_millis()),
         (Some(t), Some(_)) => format!("{} (unfinished)", rfc3339(t.as_millis())),
@@ -173,11 +173,11 @@ pub(crate) fn detail(info: &LeaseInfo) -> String {
     let instant = |ms: Option<i64>| ms.map_or_else(|| "-".to_owned(), rfc3339);
     field(
         "last instant:",
-        &instant(info.last_slot().map(|t| t.as_millis())),
+        &instant(info.last_instant().map(|t| t.as_millis())),
     );
     field(
         "unfinished instant:",
-        &instant(info.unfinished_slot().map(|t| t.as_millis())),
+        &instant(info.unfinished_instant().map(|t| t.as_millis())),
     );
     field(
         "rerun instant:",

@@ -104,7 +104,7 @@ pub fn short_timings() -> Timings {
         .lease(SHORT_LEASE)
         .renew(Duration::from_millis(50))
         .deadline(Duration::from_millis(250))
-        .grace(Duration::from_millis(200))
+        .grace(Duration::from_millis(150))
         .build()
     {
         Ok(t) => t,

@@ -92,21 +92,21 @@ pub static MAPPING: &[(&str, &[&str])] = &[
     (
         "claim an instant: free name and a later instant; records slot and unfinished; insert with both slots",
         &[
-            "slot_claim_of_new_name_records_the_instant",
-            "slot_claim_while_held_is_refused",
-            "slot_claim_not_later_than_last_is_refused",
+            "instant_claim_of_new_name_records_the_instant",
+            "instant_claim_while_held_is_refused",
+            "instant_claim_not_later_than_last_is_refused",
             "instants_are_claimed_once_and_in_order",
-            "concurrent_slot_claims_have_one_winner",
-            "plain_and_slot_claims_share_the_term",
-            "slot_claim_of_epoch_instant_is_refused",
+            "concurrent_instant_claims_have_one_winner",
+            "plain_and_instant_claims_share_the_term",
+            "instant_claim_of_the_epoch_is_refused",
         ],
     ),
     (
         "claim an instant: an unfinished instant is given up and reported (Superseded, with Rerun)",
         &[
-            "slot_claim_gives_up_cut_short_round",
-            "slot_claim_gives_up_round_whose_lease_expired",
-            "slot_claim_after_finished_round_gives_nothing_up",
+            "instant_claim_gives_up_cut_short_round",
+            "instant_claim_gives_up_round_whose_lease_expired",
+            "instant_claim_after_finished_round_gives_nothing_up",
             "superseded_instant_reports_its_rerun",
         ],
     ),
@@ -152,9 +152,9 @@ pub static MAPPING: &[(&str, &[&str])] = &[
     (
         "last: the last instant on record, none for a name never claimed",
         &[
-            "last_slot_of_never_claimed_name_is_none",
-            "last_slot_of_plainly_claimed_name_is_none",
-            "last_slot_follows_the_rounds",
+            "last_instant_of_never_claimed_name_is_none",
+            "last_instant_of_plainly_claimed_name_is_none",
+            "last_instant_follows_the_rounds",
         ],
     ),
     (

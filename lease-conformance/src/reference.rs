@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord,
-    UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, InstantRecord,
+    LeaseInfo, LeaseStore, Token, Unfinished,
 };
 
 /// A rule of the protocol that a [`MemoryStore`] breaks on purpose.
@@ -52,13 +52,13 @@ pub enum Fault {
     /// The clock counts seconds, not milliseconds.
     ClockInSeconds,
     /// An instant claim does not require a later instant.
-    SlotOrderIgnored,
+    InstantOrderIgnored,
     /// An instant claim reports nothing given up.
     SupersededNotReported,
     /// finish takes `passed` along even when it is in the database's future.
     FinishTakesFuturePassed,
     /// finish's fallback records the end whatever instant is unfinished.
-    FinishFallbackIgnoresSlot,
+    FinishFallbackIgnoresInstant,
     /// finish without the lease records nothing.
     FinishWithoutLeaseRecordsNothing,
     /// find ignores expiry: instants of rounds still running are found.
@@ -144,13 +144,13 @@ impl Fault {
             &["database_clock_is_utc_millis_near_process_clock"],
         ),
         (
-            Fault::SlotOrderIgnored,
-            &["slot_claim_not_later_than_last_is_refused"],
+            Fault::InstantOrderIgnored,
+            &["instant_claim_not_later_than_last_is_refused"],
         ),
         (
             Fault::SupersededNotReported,
             &[
-                "slot_claim_gives_up_cut_short_round",
+                "instant_claim_gives_up_cut_short_round",
                 "superseded_instant_reports_its_rerun",
             ],
         ),
@@ -159,7 +159,7 @@ impl Fault {
             &["finish_does_not_take_along_passed_in_database_future"],
         ),
         (
-            Fault::FinishFallbackIgnoresSlot,
+            Fault::FinishFallbackIgnoresInstant,
             &["finish_after_later_instant_claimed_records_nothing"],
         ),
         (
@@ -431,10 +431,11 @@ impl LeaseStore for MemoryStore {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let key = self.key(name);
         if self.has(Fault::RacyClaim) {
             let free = self.with(|t| {
@@ -487,9 +488,10 @@ impl LeaseStore for MemoryStore {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
+        let holder = token.expose();
         self.with(|t| {
             let now = self.now();
             match t.rows.get_mut(&self.key(name)) {
@@ -514,13 +516,14 @@ impl LeaseStore for MemoryStore {
     /// One renewal after the other: this store has no batch statement.
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         lease_core::renew_each(self, leases, lease_ms).await
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        let holder = token.expose();
         self.with(|t| {
             let now = self.now();
             Ok(t.rows.get(&self.key(name)).and_then(|row| {
@@ -531,7 +534,8 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let holder = token.expose();
         self.with(|t| match t.rows.get_mut(&self.key(name)) {
             Some(row) if row.holder == holder => {
                 if !self.has(Fault::ReleaseKeepsLease) {
@@ -543,17 +547,18 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         self.with(|t| {
             let now = self.now();
             let key = self.key(name);
@@ -562,21 +567,21 @@ impl LeaseStore for MemoryStore {
                     key,
                     Self::new_row(holder, instance, now + lease_ms, slot_ms),
                 );
-                return Ok(SlotClaim::Claimed {
+                return Ok(InstantClaim::Claimed {
                     term: 1,
                     superseded: None,
                 });
             };
-            let later = slot_ms > row.slot_ms || self.has(Fault::SlotOrderIgnored);
+            let later = slot_ms > row.slot_ms || self.has(Fault::InstantOrderIgnored);
             if row.expires_at_ms > now || !later {
-                return Ok(SlotClaim::Refused);
+                return Ok(InstantClaim::Refused);
             }
-            let superseded = SlotRecord {
+            let superseded = InstantRecord {
                 slot_ms: row.slot_ms,
                 unfinished_slot_ms: row.unfinished_slot_ms,
                 rerun_slot_ms: row.rerun_slot_ms,
             }
-            .superseded()
+            .superseded(name, row.term)
             .filter(|_| !self.has(Fault::SupersededNotReported));
             row.holder = holder.to_owned();
             if !self.has(Fault::InstanceNotRecorded) {
@@ -586,20 +591,21 @@ impl LeaseStore for MemoryStore {
             row.expires_at_ms = now + lease_ms;
             row.slot_ms = slot_ms;
             row.unfinished_slot_ms = slot_ms;
-            Ok(SlotClaim::Claimed {
+            Ok(InstantClaim::Claimed {
                 term: row.term,
                 superseded,
             })
         })
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let FinishRequest {
+            name,
+            token,
+            instant_ms: slot_ms,
+            passed_ms,
+        } = finish;
+        let holder = token.map(Token::expose);
         self.with(|t| {
             let now = self.now();
             let Some(row) = t.rows.get_mut(&self.key(name)) else {
@@ -617,7 +623,7 @@ impl LeaseStore for MemoryStore {
             if self.has(Fault::FinishWithoutLeaseRecordsNothing) {
                 return Ok(Finished::NotRecorded);
             }
-            if row.unfinished_slot_ms == slot_ms || self.has(Fault::FinishFallbackIgnoresSlot) {
+            if row.unfinished_slot_ms == slot_ms || self.has(Fault::FinishFallbackIgnoresInstant) {
                 row.unfinished_slot_ms = 0;
                 Ok(Finished::RecordedWithoutLease)
             } else {
@@ -626,7 +632,7 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         self.with(|t| {
             let now = self.now();
             Ok(names
@@ -636,10 +642,9 @@ impl LeaseStore for MemoryStore {
                     (row.unfinished_slot_ms == row.slot_ms
                         && row.rerun_slot_ms < row.slot_ms
                         && (row.expires_at_ms <= now || self.has(Fault::FindIgnoresExpiry)))
-                    .then(|| UnfinishedRow {
-                        name: (*name).to_owned(),
-                        term: row.term,
-                        slot_ms: row.slot_ms,
+                    .then(|| {
+                        let instant = lease_core::UtcMillis::from_millis(row.slot_ms);
+                        Unfinished::new(*name, instant, false, row.term)
                     })
                 })
                 .collect())
@@ -649,10 +654,11 @@ impl LeaseStore for MemoryStore {
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         self.with(|t| {
             let now = self.now();
             match t.rows.get_mut(&self.key(name)) {
@@ -678,7 +684,7 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
         self.with(|t| Ok(t.rows.get(&self.key(name)).map(|row| row.slot_ms)))
     }
 
@@ -752,7 +758,7 @@ mod tests {
     fn request(name: &str, lease_ms: i64) -> ClaimRequest<'_> {
         ClaimRequest {
             name,
-            holder: "token",
+            token: Token::new("token"),
             instance: "web-1",
             lease_ms,
         }
@@ -770,7 +776,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert!(store.now() >= start + 80);
         assert_eq!(
-            store.verify("a", "token").await.unwrap(),
+            store.verify("a", Token::new("token")).await.unwrap(),
             None,
             "expired by the store's clock"
         );
@@ -791,7 +797,10 @@ mod tests {
         );
         let found = store.find_unfinished(&["job"]).await.unwrap();
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].term, found[0].slot_ms), (3, now - 60_000));
+        assert_eq!(
+            (found[0].term(), found[0].instant.as_millis()),
+            (3, now - 60_000)
+        );
         assert!(store.claim_rerun(request("job", 15_000), 3).await.unwrap());
         let row = store.row("job").unwrap();
         assert_eq!((row.term, row.rerun_slot_ms), (4, now - 60_000));
@@ -805,12 +814,12 @@ mod tests {
     #[tokio::test]
     async fn without_migrate_statements_fail_as_on_a_missing_table() {
         let store = MemoryStore::new();
-        let err = store.last_slot("job").await.unwrap_err();
+        let err = store.last_instant("job").await.unwrap_err();
         assert_eq!(store.classify(&*err), DbErrorKind::MissingTable);
         assert_eq!(
             MemoryStore::new()
                 .migrated()
-                .last_slot("job")
+                .last_instant("job")
                 .await
                 .unwrap(),
             None

@@ -41,6 +41,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::error::BoxError;
 use crate::store::LeaseStore;
+use crate::token::Token;
 
 /// The most renewals one batch carries. PostgreSQL's `unnest` UPDATE renews
 /// about 80,000 rows a second on one connection in batches of 1,000 and
@@ -94,7 +95,7 @@ type Reply = Result<Option<i64>, SharedError>;
 struct Request {
     /// The handle's own, shared rather than copied per renewal.
     name: Arc<str>,
-    holder: Arc<str>,
+    token: Arc<str>,
     queued: Instant,
     reply: oneshot::Sender<Reply>,
 }
@@ -130,19 +131,19 @@ impl Batcher {
         Batcher { queue, task }
     }
 
-    /// Renews `name` for `holder` in the next batch: the database's now if
+    /// Renews `name` for `token` in the next batch: the database's now if
     /// it was still held. Dropping the future gives the renewal up; it may
     /// still be sent.
     pub(crate) async fn renew(
         &self,
         name: &Arc<str>,
-        holder: &Arc<str>,
+        token: &Arc<str>,
     ) -> Result<Option<i64>, BoxError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Request {
                 name: name.clone(),
-                holder: holder.clone(),
+                token: token.clone(),
                 queued: Instant::now(),
                 reply,
             })
@@ -250,7 +251,10 @@ async fn send(
     batch: Vec<Request>,
     permit: OwnedSemaphorePermit,
 ) {
-    let pairs: Vec<(&str, &str)> = batch.iter().map(|r| (&*r.name, &*r.holder)).collect();
+    let pairs: Vec<(&str, Token<'_>)> = batch
+        .iter()
+        .map(|r| (&*r.name, Token::new(&r.token)))
+        .collect();
     let answer = match tokio::time::timeout(bound, store.renew_many(&pairs, lease_ms)).await {
         Ok(Ok(held)) if held.len() == batch.len() => Ok(held),
         Ok(Ok(held)) => Err(SharedError::from(BoxError::from(format!(
@@ -389,8 +393,8 @@ mod tests {
     ) -> tokio::task::JoinHandle<(u64, bool)> {
         let batcher = batcher.clone();
         tokio::spawn(async move {
-            let (name, holder) = (Arc::from(name), Arc::from("holder"));
-            let held = batcher.renew(&name, &holder).await.unwrap().is_some();
+            let (name, token) = (Arc::from(name), Arc::from("token"));
+            let held = batcher.renew(&name, &token).await.unwrap().is_some();
             (u64::try_from(t0.elapsed().as_millis()).unwrap(), held)
         })
     }
@@ -523,7 +527,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         let queued = batcher.queue.send(Request {
             name: Arc::from("a"),
-            holder: Arc::from("holder"),
+            token: Arc::from("token"),
             queued: Instant::now(),
             reply,
         });

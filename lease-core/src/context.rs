@@ -9,30 +9,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::error::LostCause;
 use crate::handle::Handle;
-use crate::state::{Event, HoldState};
-
-/// Why a [`LeaseContext`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EndCause {
-    /// The lease is lost: the work must stop, and has the grace to do so.
-    Lost(LostCause),
-    /// The parent was cancelled (the process is shutting down). Not a loss:
-    /// the renewals go on while the work winds down.
-    ParentCancelled,
-    /// The holder stopped the renewals.
-    Stopped,
-}
-
-impl fmt::Display for EndCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EndCause::Lost(cause) => write!(f, "lease lost: {cause}"),
-            EndCause::ParentCancelled => f.write_str("parent cancelled"),
-            EndCause::Stopped => f.write_str("renewals stopped"),
-        }
-    }
-}
+use crate::state::{EndCause, Event, HoldState};
 
 /// The context work under a lease runs on: the [`Handle`] it runs under, and
 /// a cancellation token that ends when the work must stop, with its

@@ -407,7 +407,7 @@ pub enum Op {
     /// Releasing a lease.
     Release,
     /// Claiming an instant of a schedule.
-    ClaimSlot,
+    ClaimInstant,
     /// Finishing an instant's round.
     Finish,
     /// Finding the instants whose round was cut short.
@@ -415,7 +415,7 @@ pub enum Op {
     /// Claiming a cut-short instant a second time.
     ClaimRerun,
     /// Reading the last instant on record.
-    LastSlot,
+    LastInstant,
     /// Reading the database's clock.
     Now,
     /// Creating the lease table.
@@ -435,11 +435,11 @@ impl fmt::Display for Op {
             Op::Renew => "renewal",
             Op::Verify => "verification",
             Op::Release => "release",
-            Op::ClaimSlot => "instant claim",
+            Op::ClaimInstant => "instant claim",
             Op::Finish => "finish",
             Op::FindUnfinished => "search for unfinished instants",
             Op::ClaimRerun => "second claim",
-            Op::LastSlot => "last-instant read",
+            Op::LastInstant => "last-instant read",
             Op::Now => "clock read",
             Op::Migrate => "table creation",
             Op::Get => "read",

@@ -5,9 +5,10 @@ use std::fmt;
 use async_trait::async_trait;
 
 use crate::error::{BoxError, DbErrorKind, Op};
-use crate::guard::GuardStatement;
+use crate::guard_statement::GuardStatement;
 use crate::info::LeaseInfo;
-use crate::store::{ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use crate::store::{ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Unfinished};
+use crate::token::Token;
 
 /// A store that wraps another and changes only what it names: every
 /// [`LeaseStore`] method has a default here that runs [`before`](Self::before)
@@ -83,17 +84,17 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
         self.before(Op::Renew).await?;
-        self.inner().renew(name, holder, lease_ms).await
+        self.inner().renew(name, token, lease_ms).await
     }
 
     /// [`LeaseStore::renew_many`], forwarded.
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         self.before(Op::Renew).await?;
@@ -101,41 +102,35 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
     }
 
     /// [`LeaseStore::verify`], forwarded.
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
         self.before(Op::Verify).await?;
-        self.inner().verify(name, holder).await
+        self.inner().verify(name, token).await
     }
 
     /// [`LeaseStore::release`], forwarded.
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
         self.before(Op::Release).await?;
-        self.inner().release(name, holder).await
+        self.inner().release(name, token).await
     }
 
-    /// [`LeaseStore::claim_slot`], forwarded.
-    async fn claim_slot(
+    /// [`LeaseStore::claim_instant`], forwarded.
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        self.before(Op::ClaimSlot).await?;
-        self.inner().claim_slot(claim, slot_ms).await
+        instant_ms: i64,
+    ) -> Result<InstantClaim, BoxError> {
+        self.before(Op::ClaimInstant).await?;
+        self.inner().claim_instant(claim, instant_ms).await
     }
 
     /// [`LeaseStore::finish`], forwarded.
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
         self.before(Op::Finish).await?;
-        self.inner().finish(name, holder, slot_ms, passed_ms).await
+        self.inner().finish(finish).await
     }
 
     /// [`LeaseStore::find_unfinished`], forwarded.
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         self.before(Op::FindUnfinished).await?;
         self.inner().find_unfinished(names).await
     }
@@ -146,10 +141,10 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
         self.inner().claim_rerun(claim, term).await
     }
 
-    /// [`LeaseStore::last_slot`], forwarded.
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.before(Op::LastSlot).await?;
-        self.inner().last_slot(name).await
+    /// [`LeaseStore::last_instant`], forwarded.
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        self.before(Op::LastInstant).await?;
+        self.inner().last_instant(name).await
     }
 
     /// [`LeaseStore::force_release`], forwarded.
@@ -205,47 +200,41 @@ impl<T: ForwardingStore> LeaseStore for T {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
-        ForwardingStore::renew(self, name, holder, lease_ms).await
+        ForwardingStore::renew(self, name, token, lease_ms).await
     }
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         ForwardingStore::renew_many(self, leases, lease_ms).await
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        ForwardingStore::verify(self, name, holder).await
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        ForwardingStore::verify(self, name, token).await
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        ForwardingStore::release(self, name, holder).await
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        ForwardingStore::release(self, name, token).await
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        ForwardingStore::claim_slot(self, claim, slot_ms).await
+        instant_ms: i64,
+    ) -> Result<InstantClaim, BoxError> {
+        ForwardingStore::claim_instant(self, claim, instant_ms).await
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        ForwardingStore::finish(self, name, holder, slot_ms, passed_ms).await
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        ForwardingStore::finish(self, finish).await
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         ForwardingStore::find_unfinished(self, names).await
     }
 
@@ -253,8 +242,8 @@ impl<T: ForwardingStore> LeaseStore for T {
         ForwardingStore::claim_rerun(self, claim, term).await
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        ForwardingStore::last_slot(self, name).await
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        ForwardingStore::last_instant(self, name).await
     }
 
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
@@ -324,7 +313,7 @@ mod tests {
     fn request(name: &str) -> ClaimRequest<'_> {
         ClaimRequest {
             name,
-            holder: "h",
+            token: Token::new("h"),
             instance: "i",
             lease_ms: 15_000,
         }
@@ -342,11 +331,17 @@ mod tests {
         assert_eq!(store.claim(request("a")).await.unwrap(), Some(2));
         assert_eq!(wrapper.before.load(Ordering::SeqCst), 0);
         // Forwarded: through the hook, the inner store's answer.
-        assert!(store.renew("a", "h", 15_000).await.unwrap().is_some());
-        assert!(store.release("a", "h").await.unwrap());
+        assert!(
+            store
+                .renew("a", Token::new("h"), 15_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(store.release("a", Token::new("h")).await.unwrap());
         assert_eq!(wrapper.before.load(Ordering::SeqCst), 2);
         // The hook's error fails the call before it reaches the inner store.
-        let refused = store.verify("a", "h").await.unwrap_err();
+        let refused = store.verify("a", Token::new("h")).await.unwrap_err();
         assert_eq!(refused.to_string(), "verification refused by the wrapper");
         assert_eq!(inner.get("a").await.unwrap().map(|l| l.term), Some(1));
         assert_eq!(store.guard_statement(), inner.guard_statement());

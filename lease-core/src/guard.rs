@@ -44,10 +44,10 @@
 //!
 //! | backend | the guard | a successor's claim | the holder's own renewals |
 //! | --- | --- | --- | --- |
-//! | PostgreSQL | `SELECT ... FOR KEY SHARE OF l` in a `READ COMMITTED` transaction | takes `FOR UPDATE` on the row (`INSERT ... ON CONFLICT DO UPDATE`, `SELECT ... FOR UPDATE`): conflicts, **waits** | `UPDATE` of non-key columns takes `FOR NO KEY UPDATE`: does not conflict, never held up |
+//! | PostgreSQL | `SELECT ... FOR KEY SHARE OF l` in a `READ COMMITTED` transaction | locks the row it is about to take `FOR UPDATE` first (its claim statement selects the claimable row `FOR UPDATE` before updating it; the insert of a name with no row locks nothing): conflicts, **waits** | `UPDATE` of non-key columns takes `FOR NO KEY UPDATE`: does not conflict, never held up |
 //! | MariaDB / MySQL (InnoDB) | `SELECT ... LOCK IN SHARE MODE` (a shared record lock) | any write to the row takes an exclusive lock: **waits** | wait too: InnoDB has no key-share level. Keep a guarded transaction shorter than the local deadline minus the renew interval (8 s with the default timings) |
 //! | SQLite | the transaction is `BEGIN IMMEDIATE`: the database file's write lock | every claim writes: **waits** (up to the busy timeout) | wait too, on the store's one connection: keep it shorter than half the local deadline |
-//! | any of the three through sqlx (`lease-sqlx`) or another driver | the same guard statement ([`GuardStatement`]), so the same lock; on SQLite the statement is a write (`UPDATE ... SET term = term`), which takes the file's write lock even after a deferred `BEGIN` | the same: **waits** | the same as the native row above |
+//! | any of the three through sqlx (`lease-sqlx`) or another driver | the same guard statement ([`GuardStatement`](crate::GuardStatement)), so the same lock; on SQLite the statement is a write (`UPDATE ... SET term = term`), which takes the file's write lock even after a deferred `BEGIN` | the same: **waits** | the same as the native row above |
 //!
 //! Where the drivers differ is only what happens to a statement still
 //! running when the lease context ends: `lease-postgres` sends a cancel
@@ -134,7 +134,7 @@
 //!
 //! | claimant | PostgreSQL | MariaDB / MySQL | SQLite |
 //! | --- | --- | --- | --- |
-//! | this project's claims (`claim`, `claim_slot`, `claim_rerun`), any store | waits | waits | waits |
+//! | this project's claims (`claim`, `claim_instant`, `claim_rerun`), any store | waits | waits | waits |
 //! | a foreign `SELECT ... FOR UPDATE` of the row, then its `UPDATE` | waits | waits | waits |
 //! | a foreign plain `UPDATE ... SET holder = ..., term = term + 1` | **not fenced** | waits | waits |
 //! | a foreign `INSERT ... ON CONFLICT / ON DUPLICATE KEY UPDATE` | **not fenced** | waits | waits |
@@ -151,14 +151,14 @@
 //!
 //! # Any other driver
 //!
-//! [`GuardStatement`] gives each dialect's guard as SQL and says how to run
+//! [`GuardStatement`](crate::GuardStatement) gives each dialect's guard as SQL and says how to run
 //! it by hand: diesel or a raw driver runs it as the first statement of its
 //! own transaction. A handle answers the statement of the store it was
-//! claimed on, [`Handle::guard_statement`] (through the optional
+//! claimed on, [`Handle::guard_statement`](crate::Handle::guard_statement) (through the optional
 //! [`LeaseStore::guard_statement`](crate::LeaseStore::guard_statement),
 //! which each backend's store answers; `store.guard_statement()` and the
 //! facade's `Backend::guard_statement()` give the same), with its
-//! [`Dialect`] and its parameters ([`GuardStatement::params`]). The
+//! [`Dialect`](crate::Dialect) and its parameters ([`Handle::guard_params`](crate::Handle::guard_params)). The
 //! `lease-sqlx` crate does all of it for sqlx: `lease_sqlx::transaction`
 //! keeps this module's contract on a sqlx pool, `lease_sqlx::guard` fences
 //! a `sqlx::Transaction` of the caller's.
@@ -169,9 +169,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::context::{EndCause, LeaseContext};
+use crate::context::LeaseContext;
 use crate::error::{BoxError, DbErrorKind, Error, LostCause};
-use crate::handle::Handle;
+use crate::state::EndCause;
 
 /// A boxed future that is `Send`: what the work of an async guarded
 /// transaction returns, so that it may borrow the transaction.
@@ -353,196 +353,9 @@ impl<E: StdError + 'static> StdError for GuardError<E> {
     }
 }
 
-/// A dialect's guard statement, for running the fence by hand in a
-/// transaction of another driver (diesel, sqlx, a raw driver).
-///
-/// How to use it, on any backend:
-///
-/// 1. Open the transaction with [`begin`](Self::begin) (or the driver's own
-///    equivalent).
-/// 2. Run [`sql`](Self::sql) as its **first** statement, binding the three
-///    positional parameters of [`params`](Self::params), in this order:
-///    the lease's name (text), the holder token (text,
-///    [`Handle::holder`]), the term (a signed 64-bit integer,
-///    [`Handle::term`]).
-/// 3. No row: the lease is not this holder's at this term any more; roll
-///    back and stop the work. One row: do the work and commit.
-///
-/// The statement locks the lease row as the native guarded transaction does
-/// (see the module's lock table): a successor's claim waits for the
-/// transaction to end. It does not bound how long the transaction stays
-/// open, nor end it when the lease's context ends: that is the caller's to
-/// do (stop before the local deadline).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuardStatement {
-    dialect: Dialect,
-    begin: &'static str,
-    sql: String,
-}
-
-/// The SQL dialect a [`GuardStatement`] is written in: which database it
-/// runs on, and so which placeholders it uses and which locks it takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Dialect {
-    /// PostgreSQL: `$1 $2 $3`, the row locked `FOR KEY SHARE`.
-    Postgres,
-    /// MySQL or MariaDB (InnoDB): `? ? ?`, a shared record lock.
-    MySql,
-    /// SQLite: `?1 ?2 ?3`, the database file's write lock.
-    Sqlite,
-}
-
-impl fmt::Display for Dialect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Dialect::Postgres => "PostgreSQL",
-            Dialect::MySql => "MySQL",
-            Dialect::Sqlite => "SQLite",
-        })
-    }
-}
-
-impl GuardStatement {
-    /// A guard statement, its dialect told by the statement that opens the
-    /// transaction: `BEGIN IMMEDIATE` SQLite, `START TRANSACTION` MySQL,
-    /// anything else PostgreSQL. For backends; see [`with_dialect`](Self::with_dialect).
-    #[must_use]
-    pub fn new(begin: &'static str, sql: String) -> Self {
-        let dialect = if begin.eq_ignore_ascii_case("BEGIN IMMEDIATE") {
-            Dialect::Sqlite
-        } else if begin.eq_ignore_ascii_case("START TRANSACTION") {
-            Dialect::MySql
-        } else {
-            Dialect::Postgres
-        };
-        GuardStatement {
-            dialect,
-            begin,
-            sql,
-        }
-    }
-
-    /// A guard statement of `dialect`. For backends.
-    #[must_use]
-    pub fn with_dialect(dialect: Dialect, begin: &'static str, sql: String) -> Self {
-        GuardStatement {
-            dialect,
-            begin,
-            sql,
-        }
-    }
-
-    /// The dialect: the database the statement must run on. A driver
-    /// integration (`lease-sqlx`) checks it against its connection's, so
-    /// that a guard is never run on a database that does not hold the lease.
-    #[must_use]
-    pub fn dialect(&self) -> Dialect {
-        self.dialect
-    }
-
-    /// The statement that opens the transaction: `BEGIN` on PostgreSQL,
-    /// `START TRANSACTION` on MySQL, `BEGIN IMMEDIATE` on SQLite.
-    #[must_use]
-    pub fn begin(&self) -> &'static str {
-        self.begin
-    }
-
-    /// The guard: one row when the lease is still the handle's, none
-    /// otherwise. Its parameters are positional, in the dialect's own
-    /// notation (`$1 $2 $3`, `? ? ?`, `?1 ?2 ?3`): name, holder, term.
-    #[must_use]
-    pub fn sql(&self) -> &str {
-        &self.sql
-    }
-
-    /// The parameters of [`sql`](Self::sql) for `handle`, in order.
-    #[must_use]
-    pub fn params<'h>(&self, handle: &'h Handle) -> GuardParams<'h> {
-        GuardParams {
-            name: handle.name(),
-            holder: handle.holder(),
-            // Terms start at 1 and grow by one a claim: far from i64::MAX.
-            term: i64::try_from(handle.term()).unwrap_or(i64::MAX),
-        }
-    }
-}
-
-impl Handle {
-    /// The guard statement of the store this handle was claimed on, for
-    /// fencing a transaction of another driver (diesel, sqlx, a raw
-    /// driver) under this lease: `None` when the store offers none
-    /// ([`LeaseStore::guard_statement`](crate::LeaseStore::guard_statement);
-    /// the three backends of this workspace and `lease-sqlx`'s stores do).
-    /// Bind [`GuardStatement::params`] of this handle:
-    ///
-    /// ```no_run
-    /// # fn example(handle: &lease_core::Handle) {
-    /// if let Some(guard) = handle.guard_statement() {
-    ///     let p = guard.params(handle);
-    ///     // your driver: guard.begin(), then guard.sql() with
-    ///     // (p.name, p.holder, p.term) as the first statement; no row: stop.
-    ///     let _ = (guard.sql(), p.name, p.holder, p.term);
-    /// }
-    /// # }
-    /// ```
-    ///
-    /// The statement names the store's own table, so it must run on the
-    /// database that holds the lease table: a fence on another database
-    /// fences nothing.
-    #[must_use]
-    pub fn guard_statement(&self) -> Option<GuardStatement> {
-        self.leases().store().guard_statement()
-    }
-}
-
-/// The parameters of a [`GuardStatement`], in the order they bind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GuardParams<'h> {
-    /// The first: the lease's name.
-    pub name: &'h str,
-    /// The second: the holder token.
-    pub holder: &'h str,
-    /// The third: the term.
-    pub term: i64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_dialect_follows_the_opening_statement() {
-        let sql = || "SELECT 1".to_owned();
-        assert_eq!(
-            GuardStatement::new("BEGIN", sql()).dialect(),
-            Dialect::Postgres
-        );
-        assert_eq!(
-            GuardStatement::new("START TRANSACTION", sql()).dialect(),
-            Dialect::MySql
-        );
-        assert_eq!(
-            GuardStatement::new("BEGIN IMMEDIATE", sql()).dialect(),
-            Dialect::Sqlite
-        );
-        let given = GuardStatement::with_dialect(Dialect::MySql, "BEGIN", sql());
-        assert_eq!(given.dialect(), Dialect::MySql);
-        assert_eq!(given.begin(), "BEGIN");
-        assert_eq!(Dialect::Sqlite.to_string(), "SQLite");
-    }
-
-    #[tokio::test]
-    async fn a_handle_answers_its_stores_guard_statement() {
-        use crate::memtable::MemTable;
-        let leases = crate::Leases::new(MemTable::new());
-        let handle = leases.claim("job").await.unwrap().unwrap();
-        // The test table offers no guard: the trait's default.
-        assert_eq!(handle.guard_statement(), None);
-        let statement = GuardStatement::new("BEGIN", "SELECT $1, $2, $3".to_owned());
-        let p = statement.params(&handle);
-        assert_eq!((p.name, p.holder, p.term), ("job", handle.holder(), 1));
-    }
 
     #[test]
     fn boxed_keeps_the_works_error_and_the_kind() {

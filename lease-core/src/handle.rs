@@ -9,12 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::LeaseContext;
 use crate::error::{Error, LostCause, Op, Result};
+use crate::guard_statement::{GuardParams, GuardStatement};
 use crate::hold::Holder;
 use crate::leases::{Leases, bounded};
-use crate::slots::Unfinished;
 use crate::state::HoldState;
-use crate::store::Finished;
+use crate::store::{FinishRequest, Finished, Unfinished};
 use crate::time::UtcMillis;
+use crate::token::Token;
 
 /// A claimed lease: the proof of holding a name from the claim until the
 /// release, or the loss.
@@ -33,10 +34,10 @@ struct HandleState {
     leases: Leases,
     /// Shared with the batcher's queue, not copied per renewal.
     name: Arc<str>,
-    holder: Arc<str>,
+    token: Arc<str>,
     term: u64,
     claimed_at: Instant,
-    slot: Option<UtcMillis>,
+    instant: Option<UtcMillis>,
     superseded: Option<Unfinished>,
     /// The hold states of the contexts on this handle that can still tell
     /// of a loss: those still in use, and those lost.
@@ -46,21 +47,21 @@ struct HandleState {
 /// What a claim learned, for [`Handle::new`].
 pub(crate) struct Claimed<'a> {
     pub(crate) name: &'a str,
-    pub(crate) holder: String,
+    pub(crate) token: String,
     pub(crate) term: u64,
     /// When the claim was sent.
     pub(crate) sent: Instant,
-    pub(crate) slot: Option<UtcMillis>,
+    pub(crate) instant: Option<UtcMillis>,
     pub(crate) superseded: Option<Unfinished>,
 }
 
 impl fmt::Debug for Handle {
-    /// Shows the name, term and instant, never the holder token.
+    /// Shows the name, term and instant, never the token.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Handle")
             .field("name", &self.inner.name)
             .field("term", &self.inner.term)
-            .field("slot", &self.inner.slot)
+            .field("instant", &self.inner.instant)
             .field("superseded", &self.inner.superseded)
             .field("lost", &self.lost())
             .finish_non_exhaustive()
@@ -74,10 +75,10 @@ impl Handle {
             inner: Arc::new(HandleState {
                 leases: leases.clone(),
                 name: claimed.name.into(),
-                holder: claimed.holder.into(),
+                token: claimed.token.into(),
                 term: claimed.term,
                 claimed_at: claimed.sent,
-                slot: claimed.slot,
+                instant: claimed.instant,
                 superseded: claimed.superseded,
                 states: Mutex::default(),
             }),
@@ -115,17 +116,17 @@ impl Handle {
     }
 
     /// The instant this handle was claimed for, for a handle of
-    /// [`Leases::claim_slot`] or [`Leases::claim_rerun`].
+    /// [`Leases::claim_instant`] or [`Leases::claim_rerun`].
     #[must_use]
-    pub fn slot(&self) -> Option<UtcMillis> {
-        self.inner.slot
+    pub fn instant(&self) -> Option<UtcMillis> {
+        self.inner.instant
     }
 
     /// The instant the claim of this handle gave up, if it gave one up: the
     /// instant claimed before under the name, whose round had not run to its
     /// end (cut short and not run a second time yet, or cut short the second
     /// time too), and that never runs again now. Only a handle of
-    /// [`Leases::claim_slot`] gives one up.
+    /// [`Leases::claim_instant`] gives one up.
     #[must_use]
     pub fn superseded(&self) -> Option<&Unfinished> {
         self.inner.superseded.as_ref()
@@ -151,12 +152,52 @@ impl Handle {
         self.inner.claimed_at
     }
 
-    /// The holder token of this claim: 32 hex digits, new for every claim.
+    /// The token of this claim: 32 hex digits, new for every claim.
     /// Backends read it to run the verify statement inside their guarded
-    /// transactions. It is what proves holding the name: never log it.
+    /// transactions. It is what proves holding the name: never log it (its
+    /// `Debug` shows nothing secret).
     #[must_use]
-    pub fn holder(&self) -> &str {
-        &self.inner.holder
+    pub fn token(&self) -> Token<'_> {
+        Token::new(&self.inner.token)
+    }
+
+    /// The guard statement of the store this handle was claimed on, for
+    /// fencing a transaction of another driver (diesel, sqlx, a raw
+    /// driver) under this lease: `None` when the store offers none
+    /// ([`LeaseStore::guard_statement`](crate::LeaseStore::guard_statement);
+    /// the three backends of this workspace and `lease-sqlx`'s stores do).
+    /// Bind this handle's [`guard_params`](Handle::guard_params):
+    ///
+    /// ```no_run
+    /// # fn example(handle: &lease_core::Handle) {
+    /// if let Some(guard) = handle.guard_statement() {
+    ///     let p = handle.guard_params();
+    ///     // your driver: guard.begin(), then guard.sql() with
+    ///     // (p.name, p.token.expose(), p.term) as the first statement;
+    ///     // no row: stop.
+    ///     let _ = (guard.sql(), p.name, p.token.expose(), p.term);
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// The statement names the store's own table, so it must run on the
+    /// database that holds the lease table: a fence on another database
+    /// fences nothing.
+    #[must_use]
+    pub fn guard_statement(&self) -> Option<GuardStatement> {
+        self.leases().store().guard_statement()
+    }
+
+    /// The parameters of this handle's [`guard_statement`](Handle::guard_statement),
+    /// in the order they bind: name, token, term.
+    #[must_use]
+    pub fn guard_params(&self) -> GuardParams<'_> {
+        GuardParams {
+            name: self.name(),
+            token: self.token(),
+            // Terms start at 1 and grow by one a claim: far from i64::MAX.
+            term: i64::try_from(self.term()).unwrap_or(i64::MAX),
+        }
     }
 
     /// Extends the lease by the lease duration from the database's now.
@@ -195,16 +236,17 @@ impl Handle {
 
     async fn renew_bounded(&self, bound: Duration) -> Result<Option<i64>> {
         let leases = &self.inner.leases;
-        let (name, holder) = (&self.inner.name, &self.inner.holder);
+        let (name, token) = (&self.inner.name, &self.inner.token);
         let renewed = match leases.batcher() {
             Some(batcher) => {
-                let renew = batcher.renew(name, holder);
+                let renew = batcher.renew(name, token);
                 bounded(&**leases.store(), Op::Renew, Some(name), bound, renew).await?
             }
             None => {
-                let renew = leases
-                    .store()
-                    .renew(name, holder, leases.timings().lease_ms());
+                let renew =
+                    leases
+                        .store()
+                        .renew(name, Token::new(token), leases.timings().lease_ms());
                 bounded(&**leases.store(), Op::Renew, Some(name), bound, renew).await?
             }
         };
@@ -230,7 +272,7 @@ impl Handle {
             .bounded(
                 Op::Verify,
                 Some(self.name()),
-                leases.store().verify(&self.inner.name, &self.inner.holder),
+                leases.store().verify(&self.inner.name, self.token()),
             )
             .await?;
         term.ok_or_else(|| Error::lost(&self.inner.name, LostCause::NotHolder))
@@ -255,7 +297,7 @@ impl Handle {
             .bounded(
                 Op::Release,
                 Some(self.name()),
-                leases.store().release(&self.inner.name, &self.inner.holder),
+                leases.store().release(&self.inner.name, self.token()),
             )
             .await?;
         if released {
@@ -297,30 +339,29 @@ impl Handle {
     /// Cancel safe: a dropped finish either recorded the end or did not.
     pub async fn finish(&self, passed: UtcMillis) -> Result<()> {
         let state = &self.inner;
-        let Some(slot) = state.slot else {
+        let Some(instant) = state.instant else {
             return Err(Error::NoInstant {
                 name: state.name.to_string(),
             });
         };
         let known_lost = self.lost();
-        let holder = (!known_lost).then_some(&*state.holder);
         let finished = state
             .leases
             .bounded(
                 Op::Finish,
                 Some(self.name()),
-                state.leases.store().finish(
-                    &state.name,
-                    holder,
-                    slot.as_millis(),
-                    passed.as_millis(),
-                ),
+                state.leases.store().finish(FinishRequest {
+                    name: &state.name,
+                    token: (!known_lost).then(|| self.token()),
+                    instant_ms: instant.as_millis(),
+                    passed_ms: passed.as_millis(),
+                }),
             )
             .await?;
         tracing::debug!(
             name = ?state.name,
             term = state.term,
-            slot = slot.as_millis(),
+            instant = instant.as_millis(),
             outcome = ?finished,
             "round finished"
         );
@@ -421,7 +462,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::context::EndCause;
+    use crate::state::EndCause;
     use crate::testing::{ScriptedStore, claimed};
 
     #[tokio::test(start_paused = true)]

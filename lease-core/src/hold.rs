@@ -9,9 +9,10 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::context::{EndCause, LeaseContext};
+use crate::context::LeaseContext;
 use crate::error::{Chain, Error, LostCause, Result};
 use crate::handle::Handle;
+use crate::state::EndCause;
 use crate::timings::Timings;
 
 /// A lease being kept: its renewals run on a task of their own until the

@@ -99,14 +99,14 @@ impl LeaseInfo {
 
     /// The last instant on record under the name, for a scheduler's job.
     #[must_use]
-    pub fn last_slot(&self) -> Option<UtcMillis> {
+    pub fn last_instant(&self) -> Option<UtcMillis> {
         (self.slot_ms != 0).then_some(UtcMillis::from_millis(self.slot_ms))
     }
 
     /// The instant whose round has not run to its end, if any: it is being
     /// run now (the lease is held), or it was cut short.
     #[must_use]
-    pub fn unfinished_slot(&self) -> Option<UtcMillis> {
+    pub fn unfinished_instant(&self) -> Option<UtcMillis> {
         (self.unfinished_slot_ms != 0 && self.unfinished_slot_ms == self.slot_ms)
             .then_some(UtcMillis::from_millis(self.unfinished_slot_ms))
     }
@@ -181,12 +181,12 @@ mod tests {
         i.slot_ms = 2_000;
         i.unfinished_slot_ms = 1_000;
         assert_eq!(
-            i.unfinished_slot(),
+            i.unfinished_instant(),
             None,
             "settled: a later instant was claimed"
         );
         i.unfinished_slot_ms = 2_000;
-        assert_eq!(i.unfinished_slot(), Some(UtcMillis::from_millis(2_000)));
-        assert_eq!(i.last_slot(), Some(UtcMillis::from_millis(2_000)));
+        assert_eq!(i.unfinished_instant(), Some(UtcMillis::from_millis(2_000)));
+        assert_eq!(i.last_instant(), Some(UtcMillis::from_millis(2_000)));
     }
 }

@@ -434,7 +434,7 @@ impl Leader {
             tracing::warn!(name = ?self.name, term, %error, "leader's work failed");
         }
         if !handle.lost() {
-            release_detached(&handle).await;
+            let _ = release_detached(&handle).await;
         }
         let tenure = began.elapsed();
         if matches!(reason, StepDown::Lost(_)) {

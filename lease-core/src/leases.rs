@@ -1,5 +1,6 @@
 //! The coordinator: [`Leases`].
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
@@ -13,11 +14,10 @@ use crate::handle::{Claimed, Handle};
 use crate::info::LeaseInfo;
 use crate::name::validate_name;
 use crate::run::FailHook;
-use crate::slots::Unfinished;
-use crate::store::{ClaimRequest, LeaseStore};
+use crate::store::{ClaimRequest, InstantClaim, LeaseStore, Unfinished};
 use crate::time::UtcMillis;
 use crate::timings::Timings;
-use crate::token::{holder_token, instance_id};
+use crate::token::{Token, instance_id, new_token};
 
 /// The coordinator: a [`LeaseStore`], this process's instance id and the
 /// [`Timings`]. Cheap to clone; every clone shares the store.
@@ -260,7 +260,7 @@ impl Leases {
     /// handle when the name was free (never claimed, expired or released),
     /// `None` when someone holds it.
     ///
-    /// Each claim mints a new holder token; the handle's
+    /// Each claim mints a new token; the handle's
     /// [`term`](Handle::term) is one more than the last holder's.
     ///
     /// # Errors
@@ -275,7 +275,7 @@ impl Leases {
     /// knows; it is then free again when the lease expires.
     pub async fn claim(&self, name: &str) -> Result<Option<Handle>> {
         validate_name(name)?;
-        let holder = holder_token()?;
+        let token = new_token()?;
         let sent = Instant::now();
         let claimed = self
             .bounded(
@@ -283,7 +283,7 @@ impl Leases {
                 Some(name),
                 self.shared.store.claim(ClaimRequest {
                     name,
-                    holder: &holder,
+                    token: Token::new(&token),
                     instance: &self.shared.instance,
                     lease_ms: self.shared.timings.lease_ms(),
                 }),
@@ -293,7 +293,7 @@ impl Leases {
         let claimed = claimed?;
         Ok(claimed.map(|term| {
             tracing::debug!(name, term, instance = %self.shared.instance, "lease claimed");
-            self.handle(name, holder, term, sent, None, None)
+            self.handle(name, token, term, sent, None, None)
         }))
     }
 
@@ -374,24 +374,211 @@ impl Leases {
             .await
     }
 
-    /// The handle of a claim of `name` by `holder`, sent at `sent`.
+    /// Claims the instant `instant` of a scheduler's job under `name`: the name
+    /// must be free and `instant` later than the last instant on record under it
+    /// (the last claimed, or the last a round that ran to its end took along,
+    /// see [`Handle::finish`]). The claim records `instant` as the last instant
+    /// claimed, and as unfinished until [`Handle::finish`].
+    ///
+    /// A cluster thus claims each instant of a job once, whichever replica
+    /// gets there first; an instant already claimed, or skipped while a
+    /// round held the name, is refused everywhere. Only a round cut short is
+    /// claimed a second time, see [`Leases::claim_rerun`].
+    ///
+    /// The instant claimed before under `name`, when its round had not run to
+    /// its end, is given up by the claim and never runs again; the handle
+    /// names it, see [`Handle::superseded`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL; [`Error::InvalidInstant`] for an
+    /// instant not after the UNIX epoch; [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the instant claimed by a token nobody
+    /// knows: it then counts as a round cut short, and runs again once.
+    pub async fn claim_instant(&self, name: &str, instant: UtcMillis) -> Result<Option<Handle>> {
+        validate_name(name)?;
+        if instant.as_millis() <= 0 {
+            return Err(Error::InvalidInstant {
+                name: name.to_owned(),
+                reason: "an instant must be after the UNIX epoch",
+            });
+        }
+        let token = new_token()?;
+        let sent = Instant::now();
+        let outcome = self
+            .bounded(
+                Op::ClaimInstant,
+                Some(name),
+                self.store().claim_instant(
+                    ClaimRequest {
+                        name,
+                        token: Token::new(&token),
+                        instance: self.instance(),
+                        lease_ms: self.timings().lease_ms(),
+                    },
+                    instant.as_millis(),
+                ),
+            )
+            .await;
+        crate::metrics::claim(
+            name,
+            claim_outcome(&outcome, |o| matches!(o, InstantClaim::Claimed { .. })),
+        );
+        let outcome = outcome?;
+        Ok(match outcome {
+            InstantClaim::Refused => None,
+            InstantClaim::Claimed { term, superseded } => {
+                tracing::debug!(
+                    name,
+                    term,
+                    instant = instant.as_millis(),
+                    superseded = superseded.as_ref().map(|u| u.instant.as_millis()),
+                    instance = %self.instance(),
+                    "instant claimed"
+                );
+                Some(self.handle(name, token, term, sent, Some(instant), superseded))
+            }
+        })
+    }
+
+    /// Finds the instants, under the names given, whose round was cut short
+    /// and that are free to claim a second time: the round has not run to
+    /// its end, the instant has not been claimed a second time already, no
+    /// later instant has been claimed since, and the lease has expired or
+    /// been released. One statement answers for all the names.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL if any name is invalid;
+    /// [`Error::Database`] or [`Error::Timeout`] when the database does not
+    /// answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn unfinished_instants<S: AsRef<str> + Sync>(
+        &self,
+        names: &[S],
+    ) -> Result<Vec<Unfinished>> {
+        let mut seen = HashSet::with_capacity(names.len());
+        let mut unique = Vec::with_capacity(names.len());
+        for name in names {
+            let name = name.as_ref();
+            validate_name(name)?;
+            if seen.insert(name) {
+                unique.push(name);
+            }
+        }
+        if unique.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .bounded(
+                Op::FindUnfinished,
+                None,
+                self.store().find_unfinished(&unique),
+            )
+            .await?;
+        Ok(rows)
+    }
+
+    /// Claims `u`'s instant a second time, `u` as
+    /// [`unfinished_instants`](Leases::unfinished_instants) found it: a handle when
+    /// the instant is still free to claim a second time (the name has not
+    /// changed hands since it was found), `None` when it was claimed again
+    /// elsewhere, its first round was recorded finished after all, a later
+    /// instant was claimed, or the name is held.
+    ///
+    /// The round runs under the handle like any other and ends with
+    /// [`Handle::finish`], or with [`Handle::release`] when it is cut short
+    /// again, which leaves the instant unfinished for good.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] or [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the instant claimed a second time by a
+    /// token nobody knows: it is then unfinished for good.
+    pub async fn claim_rerun(&self, u: &Unfinished) -> Result<Option<Handle>> {
+        validate_name(&u.name)?;
+        let token = new_token()?;
+        let sent = Instant::now();
+        let claimed = self
+            .bounded(
+                Op::ClaimRerun,
+                Some(&u.name),
+                self.store().claim_rerun(
+                    ClaimRequest {
+                        name: &u.name,
+                        token: Token::new(&token),
+                        instance: self.instance(),
+                        lease_ms: self.timings().lease_ms(),
+                    },
+                    u.term(),
+                ),
+            )
+            .await;
+        crate::metrics::claim(&u.name, claim_outcome(&claimed, |c| *c));
+        let claimed = claimed?;
+        Ok(claimed.then(|| {
+            let term = u.term() + 1;
+            tracing::debug!(
+                name = ?u.name,
+                term,
+                instant = u.instant.as_millis(),
+                instance = %self.instance(),
+                "instant claimed a second time"
+            );
+            self.handle(&u.name, token, term, sent, Some(u.instant), None)
+        }))
+    }
+
+    /// The last instant on record under `name` (the last claimed, or the last
+    /// a round that ran to its end took along, see [`Handle::finish`]), or
+    /// `None` when no instant was ever claimed under it. A scheduler reads it
+    /// as it starts, to tell an instant no replica claimed from a job that
+    /// has never run.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL; [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn last_instant(&self, name: &str) -> Result<Option<UtcMillis>> {
+        validate_name(name)?;
+        let last = self
+            .bounded(Op::LastInstant, Some(name), self.store().last_instant(name))
+            .await?;
+        Ok(last.filter(|&ms| ms != 0).map(UtcMillis::from_millis))
+    }
+
+    /// The handle of a claim of `name` with `token`, sent at `sent`.
     pub(crate) fn handle(
         &self,
         name: &str,
-        holder: String,
+        token: String,
         term: u64,
         sent: Instant,
-        slot: Option<UtcMillis>,
+        instant: Option<UtcMillis>,
         superseded: Option<Unfinished>,
     ) -> Handle {
         Handle::new(
             self,
             Claimed {
                 name,
-                holder,
+                token,
                 term,
                 sent,
-                slot,
+                instant,
                 superseded,
             },
         )

@@ -7,6 +7,7 @@ mod context;
 mod error;
 mod forward;
 pub mod guard;
+mod guard_statement;
 mod handle;
 mod hold;
 mod info;
@@ -16,7 +17,6 @@ mod lock;
 pub mod metrics;
 mod name;
 mod run;
-mod slots;
 mod state;
 mod store;
 mod table;
@@ -30,10 +30,11 @@ mod memtable;
 mod testing;
 
 pub use capability::RELEASE_TIMEOUT;
-pub use context::{EndCause, LeaseContext};
+pub use context::LeaseContext;
 pub use error::{BoxError, Chain, DbErrorKind, Error, LostCause, NameError, Op, Result};
 pub use forward::ForwardingStore;
-pub use guard::{BoxFuture, Dialect, GuardError, GuardParams, GuardStatement};
+pub use guard::{BoxFuture, GuardError};
+pub use guard_statement::{Dialect, GuardParams, GuardStatement};
 pub use handle::Handle;
 pub use hold::Holder;
 pub use info::{LeaseInfo, LeaseState};
@@ -45,15 +46,15 @@ pub use leases::Leases;
 pub use lock::{LOCK_PREFIX, Lock, LockError};
 pub use name::{MAX_NAME_BYTES, validate_name};
 pub use run::run;
-pub use slots::Unfinished;
+pub use state::EndCause;
 pub use store::{
-    ClaimRequest, Finished, LeaseStore, SlotClaim, SlotRecord, SupersededSlot, UnfinishedRow,
+    ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseStore, Unfinished,
     renew_each, term_from_db,
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
-pub use timings::{Timings, TimingsBuilder};
-pub use token::instance_id;
+pub use timings::{Risk, Timings, TimingsBuilder};
+pub use token::{Token, instance_id};
 
 /// The attribute the [`LeaseStore`] and [`ForwardingStore`] impls are
 /// written with, re-exported so that an implementation names the same

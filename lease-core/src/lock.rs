@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::capability::{jitter, release_detached};
+use crate::capability::{GaveBack, jitter, release_detached};
 use crate::context::LeaseContext;
 use crate::error::{Error, LostCause};
 use crate::handle::Handle;
@@ -77,7 +77,7 @@ impl Leases {
 /// | event | level | fields |
 /// | --- | --- | --- |
 /// | `lock taken` | debug | `name`, `term`, `instance` |
-/// | `lock held elsewhere` | debug | `name`, `holder` (instance), `term` |
+/// | `lock held elsewhere` | debug | `name`, `held_by` (instance), `term` |
 /// | `lock lost while its work ran` | warn | `name`, `term`, `cause` |
 /// | `waiting for the lock: the database did not answer` | warn | `name`, `error` |
 #[derive(Clone)]
@@ -120,7 +120,7 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::InvalidName`], [`Error::Database`] or [`Error::Timeout`].
-    pub async fn holder(&self) -> crate::Result<Option<LeaseInfo>> {
+    pub async fn held_by(&self) -> crate::Result<Option<LeaseInfo>> {
         Ok(self.leases.get(&self.name).await?.filter(LeaseInfo::held))
     }
 
@@ -285,7 +285,7 @@ impl Lock {
         let by = self.leases.get(&self.name).await.ok().flatten();
         tracing::debug!(
             name = ?self.name,
-            holder = by.as_ref().map(|i| i.instance.as_str()),
+            held_by = by.as_ref().map(|i| i.instance.as_str()),
             term = by.as_ref().map(|i| i.term),
             "lock held elsewhere"
         );
@@ -317,30 +317,36 @@ impl Lock {
         let context = holder.context().clone();
         let out = holder.run(work).await;
         holder.stop().await;
-        if handle.lost() {
-            let cause = context.lost_cause().unwrap_or(LostCause::NotHolder);
-            tracing::warn!(
-                name = ?self.name,
-                term = handle.term(),
-                %cause,
-                "lock lost while its work ran"
-            );
-            return match out {
-                Ok(output) => Err(LockError::Lost {
-                    name: self.name.clone(),
-                    cause,
-                    output: Some(output),
-                }),
-                Err(e) if e.is_lost() => Err(LockError::Lost {
-                    name: self.name.clone(),
-                    cause,
-                    output: None,
-                }),
-                Err(e) => Err(LockError::Lease(e)),
-            };
+        let cause = if handle.lost() {
+            context.lost_cause().unwrap_or(LostCause::NotHolder)
+        } else if release_detached(&handle).await == GaveBack::AlreadyGone {
+            // The renewals never saw it, but the name was no longer this
+            // holder's when the work ended (released by force, or run out
+            // after the last renewal): another replica may have run the
+            // same work meanwhile. As much a loss as one seen by a renewal.
+            LostCause::NotHolder
+        } else {
+            return out.map_err(LockError::Lease);
+        };
+        tracing::warn!(
+            name = ?self.name,
+            term = handle.term(),
+            %cause,
+            "lock lost while its work ran"
+        );
+        match out {
+            Ok(output) => Err(LockError::Lost {
+                name: self.name.clone(),
+                cause,
+                output: Some(output),
+            }),
+            Err(e) if e.is_lost() => Err(LockError::Lost {
+                name: self.name.clone(),
+                cause,
+                output: None,
+            }),
+            Err(e) => Err(LockError::Lease(e)),
         }
-        release_detached(&handle).await;
-        out.map_err(LockError::Lease)
     }
 }
 
@@ -413,7 +419,7 @@ impl<T> LockError<T> {
 
     /// Who held the lock, for [`LockError::Held`].
     #[must_use]
-    pub fn holder(&self) -> Option<&LeaseInfo> {
+    pub fn held_by(&self) -> Option<&LeaseInfo> {
         match self {
             LockError::Held { by, .. } => by.as_ref(),
             _ => None,
@@ -537,13 +543,45 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO, "try_run never waits");
         assert_eq!(ran.load(Ordering::SeqCst), 0, "the work must not run");
         assert!(err.is_held() && err.is_retryable(), "{err:?}");
-        let by = err.holder().expect("who holds it");
+        let by = err.held_by().expect("who holds it");
         assert_eq!((by.instance.as_str(), by.term), ("web-2", 1));
         assert_eq!(by.time_left(), Duration::from_secs(15));
         assert_eq!(
             err.to_string(),
             r#"lock "lock:report" is held by "web-2" (term 1, 15.0s left)"#
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_released_by_force_after_its_last_renewal_is_lost_though_the_work_succeeded() {
+        let (table, leases) = setup();
+        let t = table.clone();
+        let err = leases
+            .lock("report")
+            .try_run(|ctx| async move {
+                // Before the first renewal (due at 2 s), an operator frees
+                // the name: the renewals never learn of it.
+                sleep(Duration::from_millis(500)).await;
+                let term = ctx.term();
+                assert!(
+                    crate::LeaseStore::force_release(&*t, "lock:report", term)
+                        .await
+                        .unwrap()
+                );
+                sleep(Duration::from_millis(300)).await;
+                assert!(!ctx.is_cancelled(), "no renewal ran since");
+                Ok::<u32, String>(7)
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+        match err {
+            LockError::Lost { cause, output, .. } => {
+                assert_eq!(cause, LostCause::NotHolder);
+                assert_eq!(output, Some(Ok(7)), "the work's output is kept");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test(start_paused = true)]

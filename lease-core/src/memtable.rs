@@ -10,7 +10,8 @@ use tokio::time::Instant;
 
 use crate::error::BoxError;
 use crate::info::LeaseInfo;
-use crate::store::{ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use crate::store::{ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Unfinished};
+use crate::token::Token;
 
 #[derive(Debug, Clone)]
 struct Row {
@@ -125,10 +126,11 @@ impl LeaseStore for MemTable {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let claimed = self.with(|state, now| {
             let term = match state.rows.get_mut(name) {
                 None => {
@@ -161,9 +163,10 @@ impl LeaseStore for MemTable {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
+        let holder = token.expose();
         self.with(|state, now| match state.rows.get_mut(name) {
             Some(row) if row.holder == holder && row.expires_at_ms > now => {
                 row.expires_at_ms = now + lease_ms;
@@ -176,13 +179,14 @@ impl LeaseStore for MemTable {
     /// One renewal after the other: this store has no batch statement.
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         crate::store::renew_each(self, leases, lease_ms).await
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        let holder = token.expose();
         self.with(|state, now| {
             state
                 .rows
@@ -192,11 +196,14 @@ impl LeaseStore for MemTable {
         })
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        self.with(|state, _| {
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let holder = token.expose();
+        self.with(|state, now| {
             state.releases += 1;
             match state.rows.get_mut(name) {
-                Some(row) if row.holder == holder => {
+                // Only a lease still held is given back: one released by
+                // force, or run out, was already gone.
+                Some(row) if row.holder == holder && row.expires_at_ms > now => {
                     row.expires_at_ms = 0;
                     true
                 }
@@ -205,16 +212,20 @@ impl LeaseStore for MemTable {
         })
     }
 
-    async fn claim_slot(&self, claim: ClaimRequest<'_>, _: i64) -> Result<SlotClaim, BoxError> {
+    async fn claim_instant(
+        &self,
+        claim: ClaimRequest<'_>,
+        _: i64,
+    ) -> Result<InstantClaim, BoxError> {
         let _ = claim;
         Err("not part of the capabilities' table".into())
     }
 
-    async fn finish(&self, _: &str, _: Option<&str>, _: i64, _: i64) -> Result<Finished, BoxError> {
+    async fn finish(&self, _: FinishRequest<'_>) -> Result<Finished, BoxError> {
         Err("not part of the capabilities' table".into())
     }
 
-    async fn find_unfinished(&self, _: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, _: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         Err("not part of the capabilities' table".into())
     }
 
@@ -223,7 +234,7 @@ impl LeaseStore for MemTable {
         Err("not part of the capabilities' table".into())
     }
 
-    async fn last_slot(&self, _: &str) -> Result<Option<i64>, BoxError> {
+    async fn last_instant(&self, _: &str) -> Result<Option<i64>, BoxError> {
         Err("not part of the capabilities' table".into())
     }
 

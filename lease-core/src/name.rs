@@ -228,14 +228,14 @@ mod hostile {
             tracing::warn!(error = %err, "claim refused");
             assert_control_character(&err, name);
             let err = leases
-                .claim_slot(name, UtcMillis::from_millis(1_000))
+                .claim_instant(name, UtcMillis::from_millis(1_000))
                 .await
                 .err()
                 .unwrap();
             assert_control_character(&err, name);
-            let err = leases.unfinished_slots(&["ok", name]).await.unwrap_err();
+            let err = leases.unfinished_instants(&["ok", name]).await.unwrap_err();
             assert_control_character(&err, name);
-            let err = leases.last_slot(name).await.unwrap_err();
+            let err = leases.last_instant(name).await.unwrap_err();
             assert_control_character(&err, name);
         }
 

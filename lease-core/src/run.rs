@@ -308,7 +308,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::context::EndCause;
+    use crate::state::EndCause;
     use crate::testing::{ScriptedStore, Step, after, claimed_recording, elapsed, ms, timings};
 
     /// Sets its flag when dropped: the work's future was dropped.

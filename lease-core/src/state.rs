@@ -11,13 +11,37 @@
 //! contexts share with it, before the token ends: the token can only be
 //! ended (but by its parent, or from outside) by `apply`, after the store.
 
+use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::context::EndCause;
 use crate::error::LostCause;
+
+/// Why a [`LeaseContext`](crate::LeaseContext) ended: the cause the hold
+/// state machine records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EndCause {
+    /// The lease is lost: the work must stop, and has the grace to do so.
+    Lost(LostCause),
+    /// The parent was cancelled (the process is shutting down). Not a loss:
+    /// the renewals go on while the work winds down.
+    ParentCancelled,
+    /// The holder stopped the renewals.
+    Stopped,
+}
+
+impl fmt::Display for EndCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndCause::Lost(cause) => write!(f, "lease lost: {cause}"),
+            EndCause::ParentCancelled => f.write_str("parent cancelled"),
+            EndCause::Stopped => f.write_str("renewals stopped"),
+        }
+    }
+}
 
 /// Where a lease stands for the process holding it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::{BoxError, DbErrorKind};
-use crate::guard::GuardStatement;
+use crate::guard_statement::GuardStatement;
 use crate::info::LeaseInfo;
+use crate::time::UtcMillis;
+use crate::token::Token;
 
 /// The protocol's statements, implemented once per database.
 ///
@@ -23,6 +25,13 @@ use crate::info::LeaseInfo;
 /// | `slot_ms` | the last instant on record (never decreasing); 0 if none |
 /// | `unfinished_slot_ms` | that instant again while its round has not run to its end, else 0 |
 /// | `rerun_slot_ms` | the last instant claimed a second time; 0 if none |
+///
+/// The API says *instant* for a time a scheduler's job is due
+/// ([`claim_instant`](LeaseStore::claim_instant), [`Unfinished::instant`]);
+/// `slot_ms` and its two siblings are the specification's column names for
+/// the instants on record, kept as they are in the table and in
+/// [`LeaseInfo`], which mirrors the row. The secret a claim mints is the
+/// *token* ([`Token`]), kept in the `holder` column.
 ///
 /// Every method is one protocol statement of the specification, run with the
 /// **database's** clock (`:now` below, UTC milliseconds read in the statement
@@ -43,7 +52,7 @@ use crate::info::LeaseInfo;
 ///
 /// A backend that offers a guarded transaction (one that verifies the lease
 /// as its first statement and locks the lease row while it runs) must make
-/// every claim (`claim`, `claim_slot`, `claim_rerun`) take a lock that
+/// every claim (`claim`, `claim_instant`, `claim_rerun`) take a lock that
 /// conflicts with the guard's, so that a successor's claim waits for a stale
 /// holder's transaction to end. The conformance suite cannot see this; the
 /// backend's own tests must (PostgreSQL: the guard takes `FOR KEY SHARE`,
@@ -56,25 +65,26 @@ use crate::info::LeaseInfo;
 /// whole protocol against an implementation.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
-    /// Claims `name` for `holder` if it is free, inserting the row if there
-    /// is none, and returns the new term, or `None` when someone holds it.
+    /// Claims the claim's name for its token if the name is free, inserting
+    /// the row if there is none, and returns the new term, or `None` when
+    /// someone holds it.
     ///
     /// ```sql
-    /// UPDATE t SET holder = :holder, instance = :instance, term = term + 1,
+    /// UPDATE t SET holder = :token, instance = :instance, term = term + 1,
     ///        expires_at_ms = :now + :lease_ms
     ///  WHERE name = :name AND expires_at_ms <= :now
-    /// -- no row yet: insert (name, holder, instance, 1, :now + :lease_ms, 0, 0, 0),
+    /// -- no row yet: insert (:name, :token, :instance, 1, :now + :lease_ms, 0, 0, 0),
     /// -- doing nothing when the name is there (someone was first)
     /// ```
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError>;
 
     /// Extends the lease by `lease_ms` from the database's now, and returns
-    /// that now (`Some(now_ms)`) if `holder` still held it, `None` if not
+    /// that now (`Some(now_ms)`) if `token` still held it, `None` if not
     /// (lost).
     ///
     /// ```sql
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
-    ///  WHERE name = :name AND holder = :holder AND expires_at_ms > :now
+    ///  WHERE name = :name AND holder = :token AND expires_at_ms > :now
     /// RETURNING :now
     /// ```
     ///
@@ -84,11 +94,15 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// database's elapsed time between two renewals with its own, and steps
     /// down when the database's clock jumped ahead
     /// ([`LostCause::ClockJump`](crate::LostCause::ClockJump)).
-    async fn renew(&self, name: &str, holder: &str, lease_ms: i64)
-    -> Result<Option<i64>, BoxError>;
+    async fn renew(
+        &self,
+        name: &str,
+        token: Token<'_>,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError>;
 
-    /// Renews many leases at once: for each `(name, holder)` of `leases`, in
-    /// order, the database's now if that holder still held the name (and so
+    /// Renews many leases at once: for each `(name, token)` of `leases`, in
+    /// order, the database's now if that token still held the name (and so
     /// had its lease extended by `lease_ms` from that now), `None` if not,
     /// exactly as [`renew`](LeaseStore::renew) would answer for it. The now
     /// may be read once for the whole batch, or once per lease, inside the
@@ -103,72 +117,75 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```sql
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
-    ///   FROM unnest(:names, :holders) AS r(name, holder)
-    ///  WHERE t.name = r.name AND t.holder = r.holder AND t.expires_at_ms > :now
+    ///   FROM unnest(:names, :tokens) AS r(name, token)
+    ///  WHERE t.name = r.name AND t.holder = r.token AND t.expires_at_ms > :now
     /// RETURNING t.name, t.holder, :now
     /// ```
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError>;
 
-    /// Returns the term if `holder` still holds `name`, `None` if it does not
+    /// Returns the term if `token` still holds `name`, `None` if it does not
     /// (taken, released, or expired with no one to take it yet).
     ///
     /// ```sql
-    /// SELECT term FROM t WHERE name = :name AND holder = :holder AND expires_at_ms > :now
+    /// SELECT term FROM t WHERE name = :name AND holder = :token AND expires_at_ms > :now
     /// ```
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError>;
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError>;
 
-    /// Gives the name up at once, and returns whether `holder` still had it
+    /// Gives the name up at once, and returns whether `token` still had it
     /// to give (`false`: it was already gone).
     ///
     /// ```sql
-    /// UPDATE t SET expires_at_ms = 0 WHERE name = :name AND holder = :holder
+    /// UPDATE t SET expires_at_ms = 0 WHERE name = :name AND holder = :token
     /// ```
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError>;
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError>;
 
-    /// Claims the instant `slot_ms` of a schedule under `name`: the lease must
-    /// have expired (or have been released, or the row not exist) and
-    /// `slot_ms` must be later than the row's `slot_ms`.
+    /// Claims the instant `instant_ms` (`:slot` below) of a schedule under
+    /// the claim's name: the lease must have expired (or have been
+    /// released, or the row not exist) and the instant must be later than
+    /// the row's `slot_ms`.
     ///
     /// ```sql
     /// SELECT term, slot_ms, unfinished_slot_ms, rerun_slot_ms, expires_at_ms <= :now
     ///   FROM t WHERE name = :name
     /// -- then, when expired and :slot > slot_ms:
-    /// UPDATE t SET holder = :holder, instance = :instance, term = term + 1,
+    /// UPDATE t SET holder = :token, instance = :instance, term = term + 1,
     ///        expires_at_ms = :now + :lease_ms, slot_ms = :slot, unfinished_slot_ms = :slot
     ///  WHERE name = :name AND term = :term AND expires_at_ms <= :now
     /// -- no row yet: the insert of `claim`, with both slots set to :slot
     /// ```
     ///
-    /// On success it reports the instant the claim gave up: the row's
-    /// `slot_ms` as read, when its `unfinished_slot_ms` was equal to it (and
-    /// not 0), with `rerun` telling whether `rerun_slot_ms` was equal to it
-    /// too. A backend may do this in one statement if it keeps these
-    /// semantics: of claimants racing for one row, exactly one succeeds, and
-    /// the winner learns what the row held before its write.
-    async fn claim_slot(
+    /// On success it reports the instant the claim gave up
+    /// ([`InstantRecord::superseded`] of the row as read, with the term
+    /// read): the row's `slot_ms`, when its `unfinished_slot_ms` was equal
+    /// to it (and not 0), with `rerun` telling whether `rerun_slot_ms` was
+    /// equal to it too. A backend may do this in one statement if it keeps
+    /// these semantics: of claimants racing for one row, exactly one
+    /// succeeds, and the winner learns what the row held before its write.
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError>;
+        instant_ms: i64,
+    ) -> Result<InstantClaim, BoxError>;
 
-    /// Records that the round for instant `slot_ms` ran to its end.
+    /// Records that the round for the instant `finish.instant_ms` (`:slot`
+    /// below) ran to its end.
     ///
-    /// With `holder` given, first tries to give the name back as well, taking
-    /// `passed_ms` along as the last instant on record when it is later than
-    /// the row's `slot_ms` and not in the database's future:
+    /// With a `token` given, first tries to give the name back as well,
+    /// taking `passed_ms` along as the last instant on record when it is
+    /// later than the row's `slot_ms` and not in the database's future:
     ///
     /// ```sql
     /// UPDATE t SET expires_at_ms = 0, unfinished_slot_ms = 0,
     ///        slot_ms = CASE WHEN :passed > slot_ms AND :passed <= :now
     ///                       THEN :passed ELSE slot_ms END
-    ///  WHERE name = :name AND holder = :holder
+    ///  WHERE name = :name AND holder = :token
     /// ```
     ///
-    /// When that matched no row, or no `holder` was given (the handle is
+    /// When that matched no row, or no `token` was given (the handle is
     /// known lost), it records the end without the lease, unless a later
     /// instant has been claimed since; `passed_ms` is not taken along:
     ///
@@ -177,13 +194,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// ```
     ///
     /// A backend may fold both into one statement.
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError>;
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError>;
 
     /// Finds, among `names`, the instants whose round was cut short and that
     /// are free to claim a second time, in one statement for all the names.
@@ -195,14 +206,15 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     ///    AND rerun_slot_ms < slot_ms AND expires_at_ms <= :now
     /// ```
     ///
-    /// `names` is never empty and holds no duplicates.
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError>;
+    /// `names` is never empty and holds no duplicates. Every instant found
+    /// has `rerun` false and carries the term read.
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError>;
 
     /// Claims the cut-short instant found under `name` with `term` a second
     /// time, and returns whether it did. The new term is `term + 1`.
     ///
     /// ```sql
-    /// UPDATE t SET holder = :holder, instance = :instance, term = term + 1,
+    /// UPDATE t SET holder = :token, instance = :instance, term = term + 1,
     ///        expires_at_ms = :now + :lease_ms, rerun_slot_ms = slot_ms
     ///  WHERE name = :name AND term = :term AND unfinished_slot_ms = slot_ms
     ///    AND rerun_slot_ms < slot_ms AND expires_at_ms <= :now
@@ -214,7 +226,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// ```sql
     /// SELECT slot_ms FROM t WHERE name = :name
     /// ```
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError>;
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError>;
 
     /// Frees `name` now whoever holds it, provided its term is still `term`
     /// and it is held: an operator's forced release (the `lease release
@@ -283,66 +295,80 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     }
 }
 
-/// What a claim asks for: `name`, for the holder token `holder` of the
-/// process `instance`, for `lease_ms` from the database's now. The three
-/// strings travel as named fields, so that a swap cannot compile as a claim
-/// for the wrong name or token.
+/// What a claim asks for: `name`, for the token `token` of the process
+/// `instance`, for `lease_ms` from the database's now. The strings travel
+/// as named fields, so that a swap cannot compile as a claim for the wrong
+/// name or token.
 ///
-/// Its `Debug` output leaves the holder token out: it is the tenure's
-/// credential.
+/// Its `Debug` output leaves the token out: it is the tenure's credential.
 ///
 /// ```
-/// use lease_core::ClaimRequest;
+/// use lease_core::{ClaimRequest, Token};
 ///
-/// let claim = ClaimRequest { name: "job", holder: "t0k3n", instance: "host-1", lease_ms: 15_000 };
+/// let claim = ClaimRequest {
+///     name: "job",
+///     token: Token::new("t0k3n"),
+///     instance: "host-1",
+///     lease_ms: 15_000,
+/// };
 /// assert!(!format!("{claim:?}").contains("t0k3n"));
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimRequest<'a> {
     /// The lease's name.
     pub name: &'a str,
-    /// The claimant's holder token.
-    pub holder: &'a str,
+    /// The claimant's token, new for this claim.
+    pub token: Token<'a>,
     /// The claimant process's instance id, recorded on the row.
     pub instance: &'a str,
     /// How long the lease lasts from the database's now, in milliseconds.
     pub lease_ms: i64,
 }
 
-impl fmt::Debug for ClaimRequest<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClaimRequest")
-            .field("name", &self.name)
-            .field("instance", &self.instance)
-            .field("lease_ms", &self.lease_ms)
-            .finish_non_exhaustive()
-    }
+/// What [`LeaseStore::finish`] records: the round of the instant
+/// `instant_ms` under `name` ran to its end; `passed_ms` is the last instant
+/// of its schedule to have come by then. `token` is the handle's, or `None`
+/// when the handle is known lost (the name is then not given back). Named
+/// fields, so that the two instants cannot be swapped.
+///
+/// ```
+/// use lease_core::{FinishRequest, Token};
+///
+/// let finish = FinishRequest {
+///     name: "cron:report",
+///     token: Some(Token::new("t0k3n")),
+///     instant_ms: 1_000,
+///     passed_ms: 61_000,
+/// };
+/// assert!(!format!("{finish:?}").contains("t0k3n"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishRequest<'a> {
+    /// The lease's name.
+    pub name: &'a str,
+    /// The handle's token; `None` when the handle is known lost.
+    pub token: Option<Token<'a>>,
+    /// The instant the round was claimed for, in UTC milliseconds.
+    pub instant_ms: i64,
+    /// The last instant of the schedule to have come by the round's end.
+    pub passed_ms: i64,
 }
 
-/// What [`LeaseStore::claim_slot`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`LeaseStore::claim_instant`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
-pub enum SlotClaim {
+pub enum InstantClaim {
     /// The instant is claimed.
     Claimed {
         /// The new term.
         term: u64,
-        /// The instant given up by this claim, if any.
-        superseded: Option<SupersededSlot>,
+        /// The instant given up by this claim, if any, with the term the
+        /// row had before the claim.
+        superseded: Option<Unfinished>,
     },
     /// Someone holds the name, or the instant is not later than the one on
     /// record, or another claimant was first.
     Refused,
-}
-
-/// An instant given up by an instant claim: its round had not run to its end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SupersededSlot {
-    /// The instant, in UTC milliseconds.
-    pub slot_ms: i64,
-    /// Whether it had been claimed a second time already (and that round was
-    /// cut short too).
-    pub rerun: bool,
 }
 
 /// [`LeaseStore::renew_many`] one lease after the other, each with
@@ -350,7 +376,7 @@ pub struct SupersededSlot {
 /// one statement, which then declares so:
 ///
 /// ```ignore
-/// async fn renew_many(&self, leases: &[(&str, &str)], lease_ms: i64)
+/// async fn renew_many(&self, leases: &[(&str, Token<'_>)], lease_ms: i64)
 ///     -> Result<Vec<Option<i64>>, BoxError> {
 ///     lease_core::renew_each(self, leases, lease_ms).await
 /// }
@@ -361,33 +387,36 @@ pub struct SupersededSlot {
 /// The first renewal's error; the renewals after it are not sent.
 pub async fn renew_each<S: LeaseStore + ?Sized>(
     store: &S,
-    leases: &[(&str, &str)],
+    leases: &[(&str, Token<'_>)],
     lease_ms: i64,
 ) -> Result<Vec<Option<i64>>, BoxError> {
     let mut held = Vec::with_capacity(leases.len());
-    for (name, holder) in leases {
-        held.push(store.renew(name, holder, lease_ms).await?);
+    for (name, token) in leases {
+        held.push(store.renew(name, *token, lease_ms).await?);
     }
     Ok(held)
 }
 
-/// A lease row's record of instants, as an instant claim reads it before it
-/// writes: the rules of [`LeaseStore::claim_slot`] in one place, for
-/// backends that decide in code rather than in one statement.
+/// A lease row's record of instants (its `slot_ms`, `unfinished_slot_ms`
+/// and `rerun_slot_ms` columns), as an instant claim reads it before it
+/// writes: the rules of [`LeaseStore::claim_instant`] in one place.
 ///
 /// ```
-/// use lease_core::{SlotRecord, SupersededSlot};
+/// use lease_core::{InstantRecord, UtcMillis};
 ///
 /// // The round of instant 1000 was claimed and never finished.
-/// let row = SlotRecord { slot_ms: 1_000, unfinished_slot_ms: 1_000, rerun_slot_ms: 0 };
+/// let row = InstantRecord { slot_ms: 1_000, unfinished_slot_ms: 1_000, rerun_slot_ms: 0 };
 /// assert!(row.claimable(true, 2_000));
 /// assert!(!row.claimable(false, 2_000), "held: refused");
 /// assert!(!row.claimable(true, 1_000), "not a later instant: refused");
-/// assert_eq!(row.superseded(), Some(SupersededSlot { slot_ms: 1_000, rerun: false }));
+/// let given_up = row.superseded("cron:job", 4).unwrap();
+/// assert_eq!(given_up.instant, UtcMillis::from_millis(1_000));
+/// assert!(!given_up.rerun);
+/// assert_eq!(given_up.term(), 4);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotRecord {
-    /// The last instant claimed (0: none).
+pub struct InstantRecord {
+    /// The last instant on record (0: none).
     pub slot_ms: i64,
     /// The instant whose round has not finished (equal to `slot_ms` while it
     /// runs or after it was cut short).
@@ -396,23 +425,68 @@ pub struct SlotRecord {
     pub rerun_slot_ms: i64,
 }
 
-impl SlotRecord {
-    /// Whether an instant claim for `slot_ms` takes this row: the lease has
-    /// expired by the database's clock, and the instant is later than the
-    /// one on record.
+impl InstantRecord {
+    /// Whether an instant claim for `instant_ms` takes this row: the lease
+    /// has expired by the database's clock, and the instant is later than
+    /// the one on record.
     #[must_use]
-    pub fn claimable(&self, expired: bool, slot_ms: i64) -> bool {
-        expired && slot_ms > self.slot_ms
+    pub fn claimable(&self, expired: bool, instant_ms: i64) -> bool {
+        expired && instant_ms > self.slot_ms
     }
 
-    /// What a claim that takes this row gives up: the instant on record, if
-    /// its round never finished.
+    /// What a claim that takes this row, read under `name` with `term`,
+    /// gives up: the instant on record, if its round never finished.
     #[must_use]
-    pub fn superseded(&self) -> Option<SupersededSlot> {
-        (self.slot_ms != 0 && self.unfinished_slot_ms == self.slot_ms).then_some(SupersededSlot {
-            slot_ms: self.slot_ms,
-            rerun: self.rerun_slot_ms == self.slot_ms,
+    pub fn superseded(&self, name: &str, term: u64) -> Option<Unfinished> {
+        (self.slot_ms != 0 && self.unfinished_slot_ms == self.slot_ms).then(|| {
+            Unfinished::new(
+                name,
+                UtcMillis::from_millis(self.slot_ms),
+                self.rerun_slot_ms == self.slot_ms,
+                term,
+            )
         })
+    }
+}
+
+/// An instant claimed under a scheduler's name whose round has not run to
+/// its end: the process running it shut down or died, or its lease was
+/// lost, before the round returned. What
+/// [`Leases::unfinished_instants`](crate::Leases::unfinished_instants)
+/// finds (and [`LeaseStore::find_unfinished`] returns), and what an instant
+/// claim gives up ([`Handle::superseded`](crate::Handle::superseded)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// The name the instant was claimed under.
+    pub name: String,
+    /// The instant.
+    pub instant: UtcMillis,
+    /// Whether the instant had been claimed a second time already, and that
+    /// round was cut short too.
+    /// [`Leases::unfinished_instants`](crate::Leases::unfinished_instants)
+    /// never returns such an instant.
+    pub rerun: bool,
+    /// The term found: a second claim must find it unchanged.
+    term: u64,
+}
+
+impl Unfinished {
+    /// The instant `instant` under `name`, found with the lease at `term`.
+    #[must_use]
+    pub fn new(name: impl Into<String>, instant: UtcMillis, rerun: bool, term: u64) -> Self {
+        Unfinished {
+            name: name.into(),
+            instant,
+            rerun,
+            term,
+        }
+    }
+
+    /// The term the lease had when the instant was found: a second claim
+    /// succeeds only if the name has not changed hands since.
+    #[must_use]
+    pub fn term(&self) -> u64 {
+        self.term
     }
 }
 
@@ -434,23 +508,12 @@ pub enum Finished {
     /// The holder still held the name: the end is recorded and the name given
     /// back (with `passed_ms` taken along where it applies).
     Released,
-    /// The name was no longer the holder's (or no holder was given): the end
+    /// The name was no longer the holder's (or no token was given): the end
     /// is recorded without the lease.
     RecordedWithoutLease,
     /// The name was no longer the holder's and a later instant has been
     /// claimed since (or the end was already recorded): nothing changed.
     NotRecorded,
-}
-
-/// A row found by [`LeaseStore::find_unfinished`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnfinishedRow {
-    /// The name.
-    pub name: String,
-    /// The term found: a second claim must find it unchanged.
-    pub term: u64,
-    /// The cut-short instant, in UTC milliseconds.
-    pub slot_ms: i64,
 }
 
 /// Forwards every method to the store behind the `Arc`.
@@ -464,47 +527,41 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
-        (**self).renew(name, holder, lease_ms).await
+        (**self).renew(name, token, lease_ms).await
     }
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         (**self).renew_many(leases, lease_ms).await
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        (**self).verify(name, holder).await
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        (**self).verify(name, token).await
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        (**self).release(name, holder).await
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        (**self).release(name, token).await
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
-        slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        (**self).claim_slot(claim, slot_ms).await
+        instant_ms: i64,
+    ) -> Result<InstantClaim, BoxError> {
+        (**self).claim_instant(claim, instant_ms).await
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        (**self).finish(name, holder, slot_ms, passed_ms).await
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        (**self).finish(finish).await
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         (**self).find_unfinished(names).await
     }
 
@@ -512,8 +569,8 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         (**self).claim_rerun(claim, term).await
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        (**self).last_slot(name).await
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        (**self).last_instant(name).await
     }
 
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {

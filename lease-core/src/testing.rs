@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use tokio::time::{Instant, sleep};
 
 use crate::error::BoxError;
-use crate::store::{ClaimRequest, Finished, LeaseStore, SlotClaim, UnfinishedRow};
+use crate::store::{ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Unfinished};
+use crate::token::Token;
 use crate::{Handle, Leases, Timings};
 
 /// What one renewal does.
@@ -147,7 +148,7 @@ impl LeaseStore for ScriptedStore {
         Ok(Some(1))
     }
 
-    async fn renew(&self, _: &str, _: &str, _: i64) -> Result<Option<i64>, BoxError> {
+    async fn renew(&self, _: &str, _: Token<'_>, _: i64) -> Result<Option<i64>, BoxError> {
         let (index, mut step) = {
             let mut inner = self.inner.lock().unwrap();
             inner.attempts.push((Instant::now(), None));
@@ -188,36 +189,40 @@ impl LeaseStore for ScriptedStore {
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         self.inner.lock().unwrap().batches.push(leases.len());
         let mut held = Vec::with_capacity(leases.len());
-        for (name, holder) in leases {
-            held.push(self.renew(name, holder, lease_ms).await?);
+        for (name, token) in leases {
+            held.push(self.renew(name, *token, lease_ms).await?);
         }
         Ok(held)
     }
 
-    async fn verify(&self, _: &str, _: &str) -> Result<Option<u64>, BoxError> {
+    async fn verify(&self, _: &str, _: Token<'_>) -> Result<Option<u64>, BoxError> {
         Err("not scripted".into())
     }
 
-    async fn release(&self, _: &str, _: &str) -> Result<bool, BoxError> {
+    async fn release(&self, _: &str, _: Token<'_>) -> Result<bool, BoxError> {
         self.inner.lock().unwrap().releases += 1;
         Ok(true)
     }
 
-    async fn claim_slot(&self, claim: ClaimRequest<'_>, _: i64) -> Result<SlotClaim, BoxError> {
+    async fn claim_instant(
+        &self,
+        claim: ClaimRequest<'_>,
+        _: i64,
+    ) -> Result<InstantClaim, BoxError> {
         let _ = claim;
         Err("not scripted".into())
     }
 
-    async fn finish(&self, _: &str, _: Option<&str>, _: i64, _: i64) -> Result<Finished, BoxError> {
+    async fn finish(&self, _: FinishRequest<'_>) -> Result<Finished, BoxError> {
         Err("not scripted".into())
     }
 
-    async fn find_unfinished(&self, _: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, _: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         Err("not scripted".into())
     }
 
@@ -226,7 +231,7 @@ impl LeaseStore for ScriptedStore {
         Err("not scripted".into())
     }
 
-    async fn last_slot(&self, _: &str) -> Result<Option<i64>, BoxError> {
+    async fn last_instant(&self, _: &str) -> Result<Option<i64>, BoxError> {
         Err("not scripted".into())
     }
 

@@ -1,13 +1,52 @@
 //! Holder tokens and this process's instance id.
 
+use std::fmt;
 use std::sync::OnceLock;
 
 use crate::error::Error;
 
+/// A holder token: the secret a claim mints and every later statement of
+/// the tenure proves itself with (renew, verify, release, finish, the
+/// guard). Whoever has it can renew or release the lease, so it never
+/// reaches a log: its `Debug` shows a placeholder, and it has no `Display`.
+///
+/// The lease table keeps it in its `holder` column. A backend binds it with
+/// [`expose`](Token::expose); nothing else should read it.
+///
+/// ```
+/// use lease_core::Token;
+///
+/// let token = Token::new("0123456789abcdef0123456789abcdef");
+/// assert_eq!(format!("{token:?}"), "Token(<secret>)");
+/// assert_eq!(token.expose(), "0123456789abcdef0123456789abcdef");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token<'a>(&'a str);
+
+impl<'a> Token<'a> {
+    /// The token held in `secret` (a backend reading its own rows, a test).
+    #[must_use]
+    pub const fn new(secret: &'a str) -> Self {
+        Token(secret)
+    }
+
+    /// The token's text, to bind as a statement parameter. Never log it.
+    #[must_use]
+    pub const fn expose(self) -> &'a str {
+        self.0
+    }
+}
+
+impl fmt::Debug for Token<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<secret>)")
+    }
+}
+
 /// Mints a holder token: 16 bytes from the operating system's CSPRNG, as 32
 /// lowercase hex digits. Every claim gets a new one, so a token is never
 /// reused and a stale holder can never match its successor's row.
-pub(crate) fn holder_token() -> Result<String, Error> {
+pub(crate) fn new_token() -> Result<String, Error> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(Error::Entropy)?;
     Ok(hex(&bytes))
@@ -58,8 +97,8 @@ mod tests {
 
     #[test]
     fn tokens_are_32_lowercase_hex_and_new_every_time() {
-        let a = holder_token().unwrap();
-        let b = holder_token().unwrap();
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
         assert_eq!(a.len(), 32);
         assert!(
             a.bytes()

@@ -132,6 +132,7 @@ impl MySqlStoreBuilder {
     ///     .lease(Duration::from_secs(6))
     ///     .renew(Duration::from_secs(1))
     ///     .deadline(Duration::from_secs(4))
+    ///     .grace(Duration::from_secs(2))
     ///     .build()?;
     /// let builder = MySqlStore::builder("mysql://app@db.internal/app")?.with_timings(&timings);
     /// let setup = builder.session_setup()?;

@@ -9,6 +9,7 @@
 //! `CLIENT_FOUND_ROWS` setting is, and a renewal that writes the expiry it
 //! already had (two renewals in one millisecond) still reads as held.
 
+use lease_core::Token;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, TxOpts, Value, params};
 
@@ -229,7 +230,7 @@ pub(crate) struct Statements {
     pub(crate) slot_insert: String,
     pub(crate) finish: String,
     pub(crate) claim_rerun: String,
-    pub(crate) last_slot: String,
+    pub(crate) last_instant: String,
     pub(crate) get: String,
     pub(crate) force_release: String,
     pub(crate) list: String,
@@ -256,7 +257,7 @@ impl Statements {
             slot_insert: r(SLOT_INSERT),
             finish: r(FINISH),
             claim_rerun: r(CLAIM_RERUN),
-            last_slot: r(LAST_SLOT),
+            last_instant: r(LAST_SLOT),
             get: r(GET),
             force_release: r(FORCE_RELEASE),
             list: r(LIST),
@@ -422,7 +423,7 @@ impl MySqlStore {
     /// lease after the update, and it has then expired indeed.
     pub(crate) async fn renew_chunk(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, mysql_async::Error> {
         let Some(last) = leases.last() else {
@@ -444,7 +445,7 @@ impl MySqlStore {
             .chain(std::iter::repeat_n(last, slots - leases.len()))
         {
             pairs.push(Value::from(*name));
-            pairs.push(Value::from(*holder));
+            pairs.push(Value::from(holder.expose()));
         }
         let mut update = Vec::with_capacity(1 + 3 * slots);
         update.push(Value::from(lease_ms));
@@ -483,7 +484,10 @@ impl MySqlStore {
             .collect();
         Ok(leases
             .iter()
-            .map(|(name, holder)| held.get(&(name.as_bytes(), holder.as_bytes())).copied())
+            .map(|(name, token)| {
+                held.get(&(name.as_bytes(), token.expose().as_bytes()))
+                    .copied()
+            })
             .collect())
     }
 }
@@ -604,7 +608,7 @@ mod exec_tests {
             &store,
             lease_core::ClaimRequest {
                 name: "held",
-                holder: "holder",
+                token: Token::new("holder"),
                 instance: "a",
                 lease_ms: 60_000,
             },
@@ -631,7 +635,7 @@ mod exec_tests {
             settled.push(rival.await.unwrap());
         }
         // Every rival's transaction is still open here.
-        let renewed = LeaseStore::renew(&store, "held", "holder", 60_000).await;
+        let renewed = LeaseStore::renew(&store, "held", Token::new("holder"), 60_000).await;
         let mut refused = Vec::new();
         for rival in settled {
             match rival {
@@ -677,7 +681,7 @@ mod tests {
             &s.slot_insert,
             &s.finish,
             &s.claim_rerun,
-            &s.last_slot,
+            &s.last_instant,
             &s.get,
             &s.force_release,
             &s.list,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, Finished, LeaseInfo, LeaseStore, SlotClaim, SlotRecord, UnfinishedRow,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseInfo,
+    LeaseStore, Token, Unfinished, UtcMillis,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Pool, Value, params};
@@ -105,10 +106,11 @@ impl LeaseStore for MySqlStore {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let mut conn = self.conn().await?;
         let term = claim_on(&mut conn, &self.inner.sql, name, holder, instance, lease_ms).await?;
         Ok(term)
@@ -119,9 +121,10 @@ impl LeaseStore for MySqlStore {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
+        let holder = token.expose();
         let now = self
             .write(
                 &self.inner.sql.renew,
@@ -133,7 +136,7 @@ impl LeaseStore for MySqlStore {
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
@@ -143,7 +146,8 @@ impl LeaseStore for MySqlStore {
         Ok(held)
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        let holder = token.expose();
         let mut conn = self.conn().await?;
         let term: Option<u64> = conn
             .exec_first(
@@ -154,7 +158,8 @@ impl LeaseStore for MySqlStore {
         Ok(term)
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let holder = token.expose();
         let term = self
             .write(
                 &self.inner.sql.release,
@@ -164,17 +169,18 @@ impl LeaseStore for MySqlStore {
         Ok(term.is_some())
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let mut conn = self.conn().await?;
         let row: Option<(u64, i64, i64, i64, i64)> = conn
             .exec_first(
@@ -197,20 +203,20 @@ impl LeaseStore for MySqlStore {
                 )
                 .await?;
             return Ok(match inserted {
-                Some(1) => SlotClaim::Claimed {
+                Some(1) => InstantClaim::Claimed {
                     term: 1,
                     superseded: None,
                 },
-                _ => SlotClaim::Refused,
+                _ => InstantClaim::Refused,
             });
         };
-        let record = SlotRecord {
+        let record = InstantRecord {
             slot_ms: slot,
             unfinished_slot_ms: unfinished,
             rerun_slot_ms: rerun,
         };
         if !record.claimable(expired != 0, slot_ms) {
-            return Ok(SlotClaim::Refused);
+            return Ok(InstantClaim::Refused);
         }
         let claimed = self
             .write(
@@ -226,21 +232,22 @@ impl LeaseStore for MySqlStore {
             )
             .await?;
         Ok(match claimed {
-            Some(new_term) => SlotClaim::Claimed {
+            Some(new_term) => InstantClaim::Claimed {
                 term: new_term,
-                superseded: record.superseded(),
+                superseded: record.superseded(name, term),
             },
-            None => SlotClaim::Refused,
+            None => InstantClaim::Refused,
         })
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let FinishRequest {
+            name,
+            token,
+            instant_ms: slot_ms,
+            passed_ms,
+        } = finish;
+        let holder = token.map(Token::expose);
         let outcome = self
             .write(
                 &self.inner.sql.finish,
@@ -259,7 +266,7 @@ impl LeaseStore for MySqlStore {
         })
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let mut conn = self.conn().await?;
         let mut found = Vec::new();
         for chunk in names.chunks(MAX_NAMES_PER_SEARCH) {
@@ -277,11 +284,12 @@ impl LeaseStore for MySqlStore {
                 .await?;
             for (name, term, slot_ms) in rows {
                 let name = String::from_utf8(name)?;
-                found.push(UnfinishedRow {
+                found.push(Unfinished::new(
                     name,
+                    UtcMillis::from_millis(slot_ms),
+                    false,
                     term,
-                    slot_ms,
-                });
+                ));
             }
         }
         Ok(found)
@@ -290,10 +298,11 @@ impl LeaseStore for MySqlStore {
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let claimed = self
             .write(
                 &self.inner.sql.claim_rerun,
@@ -309,11 +318,11 @@ impl LeaseStore for MySqlStore {
         Ok(claimed.is_some())
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let mut conn = self.conn().await?;
         let slot: Option<i64> = conn
             .exec_first(
-                self.inner.sql.last_slot.as_str(),
+                self.inner.sql.last_instant.as_str(),
                 params! { "name" => name },
             )
             .await?;

@@ -107,7 +107,7 @@ pub struct SqlTexts {
     /// `last_insert_id` = the new term, 0 when refused.
     pub claim_rerun: Statement,
     /// -> `slot_ms`.
-    pub last_slot: Statement,
+    pub last_instant: Statement,
     /// -> `name, instance, term, expires_at_ms, now, slot_ms,
     /// unfinished_slot_ms, rerun_slot_ms` (name binary).
     pub get: Statement,
@@ -150,7 +150,7 @@ impl SqlTexts {
             slot_insert: p(&s.slot_insert),
             finish: p(&s.finish),
             claim_rerun: p(&s.claim_rerun),
-            last_slot: p(&s.last_slot),
+            last_instant: p(&s.last_instant),
             get: p(&s.get),
             force_release: p(&s.force_release),
             list: p(&s.list),
@@ -287,7 +287,7 @@ mod tests {
             (&t.slot_insert, &s.slot_insert),
             (&t.finish, &s.finish),
             (&t.claim_rerun, &s.claim_rerun),
-            (&t.last_slot, &s.last_slot),
+            (&t.last_instant, &s.last_instant),
             (&t.get, &s.get),
             (&t.force_release, &s.force_release),
             (&t.list, &s.list),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lease_core::{BoxFuture, GuardError, GuardStatement, LeaseContext};
+use lease_core::{BoxFuture, Dialect, GuardError, GuardStatement, LeaseContext};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts, params};
 
@@ -156,7 +156,7 @@ impl MySqlStore {
             let term: Option<u64> = tx
                 .exec_first(
                     self.inner.sql.verify_locked.as_str(),
-                    params! { "name" => name, "holder" => ctx.handle().holder() },
+                    params! { "name" => name, "holder" => ctx.handle().token().expose() },
                 )
                 .await?;
             Ok::<_, mysql_async::Error>((tx, term))
@@ -231,7 +231,11 @@ impl MySqlStore {
     /// shorter than the local deadline minus the renew interval.
     #[must_use]
     pub fn guard_statement(&self) -> GuardStatement {
-        GuardStatement::new("START TRANSACTION", self.inner.sql.guard.clone())
+        GuardStatement::new(
+            Dialect::MySql,
+            "START TRANSACTION",
+            self.inner.sql.guard.clone(),
+        )
     }
 
     /// Rolls `tx` back; if that does not go through promptly (the work was

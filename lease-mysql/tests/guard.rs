@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use lease_core::CancellationToken;
 use lease_core::GuardError;
-use lease_core::{ClaimRequest, EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings};
+use lease_core::{
+    ClaimRequest, EndCause, LeaseContext, LeaseStore, Leases, LostCause, Timings, Token,
+};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore};
 
@@ -266,6 +268,7 @@ async fn a_successors_claim_waits_for_the_guarded_transaction() {
         .lease(Duration::from_millis(400))
         .renew(Duration::from_millis(50))
         .deadline(Duration::from_millis(250))
+        .grace(Duration::from_millis(100))
         .build()
         .unwrap();
     let leases = Leases::new(store.clone()).with_timings(short);
@@ -283,7 +286,7 @@ async fn a_successors_claim_waits_for_the_guarded_transaction() {
         claimer
             .claim(ClaimRequest {
                 name: "fenced",
-                holder: "successor",
+                token: Token::new("successor"),
                 instance: "b",
                 lease_ms: 10_000,
             })
@@ -355,7 +358,7 @@ async fn a_guarded_transaction_longer_than_the_lock_wait_bound_fails_the_renewal
     let tx = hold_open(&store, &ctx, table, locked.clone(), hold.clone());
     locked.notified().await;
     let err = impatient
-        .renew("impatient", ctx.handle().holder(), 15_000)
+        .renew("impatient", ctx.handle().token(), 15_000)
         .await
         .unwrap_err();
     let err = err.downcast::<lease_mysql::mysql_async::Error>().unwrap();
@@ -367,7 +370,7 @@ async fn a_guarded_transaction_longer_than_the_lock_wait_bound_fails_the_renewal
     tx.await.unwrap().unwrap();
     assert!(
         impatient
-            .renew("impatient", ctx.handle().holder(), 15_000)
+            .renew("impatient", ctx.handle().token(), 15_000)
             .await
             .unwrap()
             .is_some()
@@ -425,7 +428,7 @@ async fn session_changes_made_by_the_work_do_not_outlive_the_transaction() {
             "after fail={fail}: {mode}"
         );
         assert!(
-            one.renew("session", ctx.handle().holder(), 15_000)
+            one.renew("session", ctx.handle().token(), 15_000)
                 .await
                 .unwrap()
                 .is_some()

@@ -9,7 +9,9 @@
 mod common;
 
 use lease_core::CancellationToken;
-use lease_core::{ClaimRequest, LeaseContext, LeaseStore, Leases, MAX_NAME_BYTES};
+use lease_core::{
+    ClaimRequest, FinishRequest, LeaseContext, LeaseStore, Leases, MAX_NAME_BYTES, Token,
+};
 use lease_mysql::MySqlError;
 use lease_mysql::mysql_async::prelude::Queryable;
 
@@ -42,7 +44,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
         store
             .claim(ClaimRequest {
                 name: &format!("c{i}"),
-                holder: "h",
+                token: Token::new("h"),
                 instance: "inst",
                 lease_ms: 10_000,
             })
@@ -55,7 +57,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
         store
             .claim(ClaimRequest {
                 name: "c1",
-                holder: "x",
+                token: Token::new("x"),
                 instance: "inst",
                 lease_ms: 10_000
             })
@@ -63,18 +65,24 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
             .unwrap()
     );
     assert_eq!((n, term), (1, None));
-    let (n, held) = count!("renew", store.renew("c1", "h", 10_000).await.unwrap());
+    let (n, held) = count!(
+        "renew",
+        store.renew("c1", Token::new("h"), 10_000).await.unwrap()
+    );
     assert_eq!((n, held.is_some()), (1, true));
-    let (n, term) = count!("verify", store.verify("c1", "h").await.unwrap());
+    let (n, term) = count!("verify", store.verify("c1", Token::new("h")).await.unwrap());
     assert_eq!((n, term), (1, Some(1)));
-    let (n, _) = count!("release", store.release("c1", "h").await.unwrap());
+    let (n, _) = count!(
+        "release",
+        store.release("c1", Token::new("h")).await.unwrap()
+    );
     assert_eq!(n, 1);
     let (n, term) = count!("claim (takeover of a released name)", {
-        let _ = store.release("c1", "h").await.unwrap();
+        let _ = store.release("c1", Token::new("h")).await.unwrap();
         store
             .claim(ClaimRequest {
                 name: "c1",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "inst",
                 lease_ms: 10_000,
             })
@@ -92,7 +100,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
             store
                 .claim(ClaimRequest {
                     name,
-                    holder: "h",
+                    token: Token::new("h"),
                     instance: "inst",
                     lease_ms: 10_000
                 })
@@ -101,9 +109,12 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
                 .is_some()
         );
     }
-    let mut batch: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "h")).collect();
-    batch.push(("b0", "not-the-holder"));
-    batch.push(("never-claimed", "h"));
+    let mut batch: Vec<(&str, Token<'_>)> = names
+        .iter()
+        .map(|n| (n.as_str(), Token::new("h")))
+        .collect();
+    batch.push(("b0", Token::new("not-the-holder")));
+    batch.push(("never-claimed", Token::new("h")));
     let (n, held) = count!(
         "renew_many (102 leases)",
         store.renew_many(&batch, 10_000).await.unwrap()
@@ -120,13 +131,13 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     assert_eq!(held, expected);
 
     let mut slot = 1_000;
-    let (n, _) = count!("claim_slot (new name: read + insert)", {
+    let (n, _) = count!("claim_instant (new name: read + insert)", {
         slot += 1;
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: &format!("s{slot}"),
-                    holder: "h",
+                    token: Token::new("h"),
                     instance: "inst",
                     lease_ms: 10_000,
                 },
@@ -137,10 +148,10 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     });
     assert_eq!(n, 2);
     let _ = store
-        .claim_slot(
+        .claim_instant(
             ClaimRequest {
                 name: "s",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "inst",
                 lease_ms: 10_000,
             },
@@ -149,12 +160,12 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
         .await
         .unwrap();
     let (n, _) = count!(
-        "claim_slot (held: refused on the read)",
+        "claim_instant (held: refused on the read)",
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "x",
+                    token: Token::new("x"),
                     instance: "inst",
                     lease_ms: 10_000
                 },
@@ -164,14 +175,14 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
             .unwrap()
     );
     assert_eq!(n, 1);
-    let (n, _) = count!("claim_slot (free: read + update)", {
-        let _ = store.release("s", "h").await.unwrap();
+    let (n, _) = count!("claim_instant (free: read + update)", {
+        let _ = store.release("s", Token::new("h")).await.unwrap();
         slot += 1;
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h",
+                    token: Token::new("h"),
                     instance: "inst",
                     lease_ms: 10_000,
                 },
@@ -183,7 +194,15 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     assert_eq!(n, 3, "release + read + update");
     let (n, _) = count!(
         "finish",
-        store.finish("s", Some("h"), slot, slot).await.unwrap()
+        store
+            .finish(FinishRequest {
+                name: "s",
+                token: Some(Token::new("h")),
+                instant_ms: slot,
+                passed_ms: slot
+            })
+            .await
+            .unwrap()
     );
     assert_eq!(n, 1);
     let names: Vec<String> = (0..100).map(|i| format!("f{i}")).collect();
@@ -199,7 +218,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
             .claim_rerun(
                 ClaimRequest {
                     name: "s",
-                    holder: "h",
+                    token: Token::new("h"),
                     instance: "inst",
                     lease_ms: 10_000
                 },
@@ -209,7 +228,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
             .unwrap()
     );
     assert_eq!(n, 1);
-    let (n, _) = count!("last_slot", store.last_slot("s").await.unwrap());
+    let (n, _) = count!("last_instant", store.last_instant("s").await.unwrap());
     assert_eq!(n, 1);
 
     // A name over the limit never reaches the server.
@@ -219,7 +238,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     assert!(leases.claim(&long).await.is_err());
     assert!(
         leases
-            .claim_slot(&long, lease_core::UtcMillis::from_millis(5))
+            .claim_instant(&long, lease_core::UtcMillis::from_millis(5))
             .await
             .is_err()
     );
@@ -259,7 +278,7 @@ async fn every_statement_takes_the_round_trips_the_readme_says() {
     proxy.reset();
     assert!(
         store
-            .renew("guarded", ctx.handle().holder(), 10_000)
+            .renew("guarded", ctx.handle().token(), 10_000)
             .await
             .unwrap()
             .is_some()
@@ -285,7 +304,7 @@ async fn with_prefer_socket_a_proxy_sees_only_the_first_handshake() {
     let _ = store
         .claim(ClaimRequest {
             name: "x",
-            holder: "h",
+            token: Token::new("h"),
             instance: "i",
             lease_ms: 1_000,
         })

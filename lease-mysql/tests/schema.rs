@@ -130,7 +130,9 @@ async fn claims_against_rows(store: MySqlStore, admin: &Pool, table: &str) -> St
             Err(e) => format!("error {e}"),
         };
         let held = match (&claimed, row) {
-            (Ok(Some(h)), Some((term, holder))) if holder == h.holder() => format!("term {term}"),
+            (Ok(Some(h)), Some((term, holder))) if holder == h.token().expose() => {
+                format!("term {term}")
+            }
             (_, Some((term, _))) => format!("term {term} (someone's)"),
             (_, None) => "no row".to_owned(),
         };

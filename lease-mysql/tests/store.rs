@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lease_testkit::chain;
 
-use lease_core::{ClaimRequest, LeaseStore, Leases, MAX_NAME_BYTES};
+use lease_core::{ClaimRequest, LeaseStore, Leases, MAX_NAME_BYTES, Token};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
@@ -168,6 +168,7 @@ async fn session_bounds_are_derived_from_the_timings() {
         .lease(Duration::from_secs(6))
         .renew(Duration::from_secs(1))
         .deadline(Duration::from_secs(4))
+        .grace(Duration::from_secs(2))
         .build()
         .unwrap();
     let tight = MySqlStore::builder(&url)
@@ -253,7 +254,7 @@ async fn outcomes_do_not_leak_from_one_statement_to_the_next_on_a_connection() {
         store
             .claim(ClaimRequest {
                 name: "n",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: 10_000
             })
@@ -265,7 +266,7 @@ async fn outcomes_do_not_leak_from_one_statement_to_the_next_on_a_connection() {
         store
             .claim(ClaimRequest {
                 name: "n",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i",
                 lease_ms: 10_000
             })
@@ -273,17 +274,35 @@ async fn outcomes_do_not_leak_from_one_statement_to_the_next_on_a_connection() {
             .unwrap(),
         None
     );
-    assert!(store.renew("n", "h1", 10_000).await.unwrap().is_some());
-    assert!(store.renew("n", "h2", 10_000).await.unwrap().is_none());
-    assert!(store.release("n", "h1").await.unwrap());
-    assert!(store.verify("n", "h1").await.unwrap().is_none());
-    assert!(store.renew("n", "h1", 10_000).await.unwrap().is_none());
+    assert!(
+        store
+            .renew("n", Token::new("h1"), 10_000)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .renew("n", Token::new("h2"), 10_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.release("n", Token::new("h1")).await.unwrap());
+    assert!(store.verify("n", Token::new("h1")).await.unwrap().is_none());
+    assert!(
+        store
+            .renew("n", Token::new("h1"), 10_000)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(
         !store
             .claim_rerun(
                 ClaimRequest {
                     name: "n",
-                    holder: "h3",
+                    token: Token::new("h3"),
                     instance: "i",
                     lease_ms: 10_000
                 },
@@ -322,7 +341,7 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
             store
                 .claim(ClaimRequest {
                     name: &name,
-                    holder: "h",
+                    token: Token::new("h"),
                     instance: "i",
                     lease_ms: 10_000
                 })
@@ -331,8 +350,20 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
                 .is_some()
         );
         let a = store.now_ms().await.unwrap();
-        assert!(store.renew(&name, "h", 10_000).await.unwrap().is_some());
-        assert!(store.renew(&name, "h", 10_000).await.unwrap().is_some());
+        assert!(
+            store
+                .renew(&name, Token::new("h"), 10_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            store
+                .renew(&name, Token::new("h"), 10_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
         let b = store.now_ms().await.unwrap();
         assert_eq!(a, b, "the session's clock stood still");
     }
@@ -380,7 +411,7 @@ async fn eight_replicas_migrating_a_new_table_at_once_all_succeed() {
         first
             .claim(ClaimRequest {
                 name: "x",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "i",
                 lease_ms: 1_000
             })
@@ -393,7 +424,7 @@ async fn eight_replicas_migrating_a_new_table_at_once_all_succeed() {
         first
             .claim(ClaimRequest {
                 name: "x",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i",
                 lease_ms: 1_000
             })
@@ -459,7 +490,7 @@ async fn a_qualified_table_name_works() {
         store
             .claim(ClaimRequest {
                 name: "q",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "i",
                 lease_ms: 1_000
             })
@@ -614,7 +645,7 @@ async fn racing_claims_have_one_winner_and_no_errors() {
                         let term = store
                             .claim(ClaimRequest {
                                 name: &name,
-                                holder: &holder,
+                                token: Token::new(&holder),
                                 instance: "i",
                                 lease_ms: 10_000,
                             })
@@ -632,7 +663,12 @@ async fn racing_claims_have_one_winner_and_no_errors() {
             }
             assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
             assert_eq!(winners[0].1, expect_term, "round {round}");
-            assert!(store.release(&name, &winners[0].0).await.unwrap());
+            assert!(
+                store
+                    .release(&name, Token::new(&winners[0].0))
+                    .await
+                    .unwrap()
+            );
         }
     }
     common::drop_table(&setup, table).await;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lease_core::{ClaimRequest, LeaseStore};
+use lease_core::{ClaimRequest, LeaseStore, Token};
 use lease_mysql::mysql_async::SslOpts;
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::{MySqlError, MySqlStore};
@@ -206,7 +206,7 @@ async fn tls_connections_are_encrypted_and_certificates_checked() {
         store
             .claim(ClaimRequest {
                 name: "tls",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "i",
                 lease_ms: 1_000
             })

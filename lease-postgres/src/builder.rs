@@ -228,6 +228,7 @@ impl PostgresStoreBuilder {
     ///     .lease(Duration::from_secs(6))
     ///     .renew(Duration::from_secs(1))
     ///     .deadline(Duration::from_secs(4))
+    ///     .grace(Duration::from_secs(2))
     ///     .build()?;
     /// let builder = PostgresStore::builder("postgres://app@db.internal/app")?
     ///     .with_timings(&timings); // statement_timeout = 2 s

@@ -104,11 +104,11 @@ pub(crate) struct Statements {
     pub(crate) verify_locked: String,
     pub(crate) guard: String,
     pub(crate) release: String,
-    pub(crate) claim_slot: String,
+    pub(crate) claim_instant: String,
     pub(crate) finish: String,
     pub(crate) find_unfinished: String,
     pub(crate) claim_rerun: String,
-    pub(crate) last_slot: String,
+    pub(crate) last_instant: String,
     pub(crate) get: String,
     pub(crate) force_release: String,
     pub(crate) list: String,
@@ -126,11 +126,11 @@ impl Statements {
             verify_locked: verify_locked(t),
             guard: guard(t),
             release: release(t),
-            claim_slot: claim_slot(t),
+            claim_instant: claim_instant(t),
             finish: finish(t),
             find_unfinished: find_unfinished(t),
             claim_rerun: claim_rerun(t),
-            last_slot: last_slot(t),
+            last_instant: last_instant(t),
             get: get(t),
             force_release: force_release(t),
             list: list(t),
@@ -271,7 +271,7 @@ fn release(t: &str) -> String {
 /// the snapshot) is refused, never claimed with a wrong account of what was
 /// given up. Of racing claimants exactly one wins: the others wait for its
 /// lock and then find the lease held, or lose the insert race.
-fn claim_slot(t: &str) -> String {
+fn claim_instant(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms), \
          old AS MATERIALIZED ( \
@@ -359,7 +359,7 @@ fn claim_rerun(t: &str) -> String {
 }
 
 /// `$1 name` -> `slot_ms` (no row: never claimed).
-fn last_slot(t: &str) -> String {
+fn last_instant(t: &str) -> String {
     format!("SELECT slot_ms FROM {t} WHERE name = $1::text")
 }
 
@@ -433,15 +433,15 @@ pub enum StatementMode {
 /// level). The token is the tenure's credential: whoever has it can renew
 /// or release the lease. So its `Debug` shows a placeholder.
 #[derive(Clone, Copy)]
-pub(crate) struct Token<'a>(pub(crate) &'a str);
+pub(crate) struct TokenParam<'a>(pub(crate) &'a str);
 
-impl fmt::Debug for Token<'_> {
+impl fmt::Debug for TokenParam<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<holder token>")
     }
 }
 
-impl ToSql for Token<'_> {
+impl ToSql for TokenParam<'_> {
     fn to_sql(
         &self,
         ty: &Type,
@@ -568,7 +568,7 @@ mod tests {
             &s.renew,
             &s.renew_many,
             &s.verify,
-            &s.claim_slot,
+            &s.claim_instant,
             &s.finish,
         ] {
             assert!(stmt.contains("\"my_t\""), "{stmt}");
@@ -578,7 +578,7 @@ mod tests {
 
     #[test]
     fn debug_hides_the_token_and_encoding_keeps_it() {
-        let token = Token("t0k3n-secret");
+        let token = TokenParam("t0k3n-secret");
         assert_eq!(
             format!("{token:?} {:?}", [token]),
             "<holder token> [<holder token>]"

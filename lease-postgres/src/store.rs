@@ -8,13 +8,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::Pool;
 use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, Finished, LeaseInfo, LeaseStore, SlotClaim,
-    SupersededSlot, UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, InstantRecord,
+    LeaseInfo, LeaseStore, Token, Unfinished, UtcMillis,
 };
 use tokio_postgres::types::Type;
 
 use crate::builder::Target;
-use crate::sql::{self, StatementMode, Statements, Token, term};
+use crate::sql::{self, StatementMode, Statements, TokenParam, term};
 use crate::tls::CancelTls;
 
 /// A [`LeaseStore`] on PostgreSQL.
@@ -128,11 +128,12 @@ impl LeaseStore for PostgresStore {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
-        let holder = Token(holder);
+        let holder = token.expose();
+        let holder = TokenParam(holder);
         let row = self
             .row(
                 &self.inner.sql.claim,
@@ -150,10 +151,11 @@ impl LeaseStore for PostgresStore {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
-        let holder = Token(holder);
+        let holder = token.expose();
+        let holder = TokenParam(holder);
         let row = self
             .row(
                 &self.inner.sql.renew,
@@ -169,11 +171,14 @@ impl LeaseStore for PostgresStore {
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
-        let holders: Vec<Token<'_>> = leases.iter().map(|(_, holder)| Token(holder)).collect();
+        let holders: Vec<TokenParam<'_>> = leases
+            .iter()
+            .map(|(_, token)| TokenParam(token.expose()))
+            .collect();
         let rows = self
             .rows(
                 &self.inner.sql.renew_many,
@@ -193,12 +198,13 @@ impl LeaseStore for PostgresStore {
         }
         Ok(leases
             .iter()
-            .map(|lease| renewed.get(lease).copied())
+            .map(|(name, token)| renewed.get(&(*name, token.expose())).copied())
             .collect())
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
-        let holder = Token(holder);
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        let holder = token.expose();
+        let holder = TokenParam(holder);
         let row = self
             .row(
                 &self.inner.sql.verify,
@@ -208,8 +214,9 @@ impl LeaseStore for PostgresStore {
         row.map(|row| term(row.try_get(0)?)).transpose()
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        let holder = Token(holder);
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let holder = token.expose();
+        let holder = TokenParam(holder);
         let released = self
             .affected(
                 &self.inner.sql.release,
@@ -219,21 +226,22 @@ impl LeaseStore for PostgresStore {
         Ok(released == 1)
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
-        let holder = Token(holder);
+        let holder = token.expose();
+        let holder = TokenParam(holder);
         let Some(row) = self
             .row(
-                &self.inner.sql.claim_slot,
+                &self.inner.sql.claim_instant,
                 &[
                     (&name, Type::TEXT),
                     (&holder, Type::TEXT),
@@ -244,35 +252,35 @@ impl LeaseStore for PostgresStore {
             )
             .await?
         else {
-            return Ok(SlotClaim::Refused);
+            return Ok(InstantClaim::Refused);
         };
         let new_term = term(row.try_get(0)?)?;
-        let old_slot: Option<i64> = row.try_get(1)?;
-        let old_unfinished: Option<i64> = row.try_get(2)?;
-        let old_rerun: Option<i64> = row.try_get(3)?;
-        let superseded = match (old_slot, old_unfinished) {
-            (Some(slot), Some(unfinished)) if slot != 0 && unfinished == slot => {
-                Some(SupersededSlot {
-                    slot_ms: slot,
-                    rerun: old_rerun == Some(slot),
-                })
+        // The row as the claim found it; NULL when the claim inserted it.
+        let old: Option<i64> = row.try_get(1)?;
+        let superseded = match old {
+            None => None,
+            Some(slot_ms) => InstantRecord {
+                slot_ms,
+                unfinished_slot_ms: row.try_get(2)?,
+                rerun_slot_ms: row.try_get(3)?,
             }
-            _ => None,
+            .superseded(name, new_term.saturating_sub(1)),
         };
-        Ok(SlotClaim::Claimed {
+        Ok(InstantClaim::Claimed {
             term: new_term,
             superseded,
         })
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        let holder = holder.map(Token);
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let FinishRequest {
+            name,
+            token,
+            instant_ms: slot_ms,
+            passed_ms,
+        } = finish;
+        let holder = token.map(Token::expose);
+        let holder = holder.map(TokenParam);
         let row = self
             .row(
                 &self.inner.sql.finish,
@@ -291,7 +299,7 @@ impl LeaseStore for PostgresStore {
         })
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let rows = self
             .rows(
                 &self.inner.sql.find_unfinished,
@@ -300,11 +308,12 @@ impl LeaseStore for PostgresStore {
             .await?;
         rows.iter()
             .map(|row| {
-                Ok(UnfinishedRow {
-                    name: row.try_get(0)?,
-                    term: term(row.try_get(1)?)?,
-                    slot_ms: row.try_get(2)?,
-                })
+                Ok(Unfinished::new(
+                    row.try_get::<_, String>(0)?,
+                    UtcMillis::from_millis(row.try_get(2)?),
+                    false,
+                    term(row.try_get(1)?)?,
+                ))
             })
             .collect()
     }
@@ -312,15 +321,16 @@ impl LeaseStore for PostgresStore {
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         // A term past i64::MAX cannot be in the table: nothing to claim.
         let Ok(term) = i64::try_from(term) else {
             return Ok(false);
         };
-        let holder = Token(holder);
+        let holder = TokenParam(holder);
         let claimed = self
             .affected(
                 &self.inner.sql.claim_rerun,
@@ -336,9 +346,9 @@ impl LeaseStore for PostgresStore {
         Ok(claimed == 1)
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let row = self
-            .row(&self.inner.sql.last_slot, &[(&name, Type::TEXT)])
+            .row(&self.inner.sql.last_instant, &[(&name, Type::TEXT)])
             .await?;
         Ok(row.map(|row| row.try_get(0)).transpose()?)
     }

@@ -25,7 +25,7 @@ pub struct SqlTexts {
     pub release: String,
     /// `name, holder, instance, slot_ms, lease_ms` -> `term, old slot_ms,
     /// old unfinished_slot_ms, old rerun_slot_ms` (no row: refused).
-    pub claim_slot: String,
+    pub claim_instant: String,
     /// `name, holder (NULL: none), slot_ms, passed_ms` -> `released` (no
     /// row: not recorded).
     pub finish: String,
@@ -34,7 +34,7 @@ pub struct SqlTexts {
     /// `name, term, holder, instance, lease_ms` -> rows affected.
     pub claim_rerun: String,
     /// `name` -> `slot_ms`.
-    pub last_slot: String,
+    pub last_instant: String,
     /// `name` -> `name, instance, term, expires_at_ms, now, slot_ms,
     /// unfinished_slot_ms, rerun_slot_ms`.
     pub get: String,
@@ -68,11 +68,11 @@ impl SqlTexts {
             verify: s.verify,
             guard: s.guard,
             release: s.release,
-            claim_slot: s.claim_slot,
+            claim_instant: s.claim_instant,
             finish: s.finish,
             find_unfinished: s.find_unfinished,
             claim_rerun: s.claim_rerun,
-            last_slot: s.last_slot,
+            last_instant: s.last_instant,
             get: s.get,
             force_release: s.force_release,
             list: s.list,

@@ -4,11 +4,13 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Transaction};
-use lease_core::{BoxError, BoxFuture, GuardError, GuardStatement, LeaseContext, LeaseStore};
+use lease_core::{
+    BoxError, BoxFuture, Dialect, GuardError, GuardStatement, LeaseContext, LeaseStore,
+};
 use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, NoTls};
 
-use crate::sql::{StatementMode, Token};
+use crate::sql::{StatementMode, TokenParam};
 use crate::store::PostgresStore;
 use crate::tls::CancelTls;
 
@@ -144,7 +146,7 @@ impl PostgresStore {
                 &mut client,
                 self.inner.statement_mode,
                 verify,
-                (name, handle.holder(), term),
+                (name, handle.token().expose(), term),
                 &idle_ms,
                 db,
                 work,
@@ -212,7 +214,7 @@ impl PostgresStore {
     /// frozen holder does not keep the claims waiting.
     #[must_use]
     pub fn guard_statement(&self) -> GuardStatement {
-        GuardStatement::new("BEGIN", self.inner.sql.guard.clone())
+        GuardStatement::new(Dialect::Postgres, "BEGIN", self.inner.sql.guard.clone())
     }
 
     /// Takes the connection of an abandoned transaction out of the pool,
@@ -269,7 +271,7 @@ where
 {
     let db = |e: tokio_postgres::Error| db(e.into());
     let mut tx = client.transaction().await.map_err(db)?;
-    let token = Token(holder);
+    let token = TokenParam(holder);
     let verified = match mode {
         // Behind a transaction-pooling PgBouncer: no named statement.
         StatementMode::Unnamed => tx

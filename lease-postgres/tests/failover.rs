@@ -220,7 +220,7 @@ async fn a_second_holder_after_failover() {
     let claimed_at = Instant::now();
     let holder = a
         .as_ref()
-        .map(|a| a.holder().to_owned())
+        .map(|a| a.token().expose().to_owned())
         .unwrap_or_default();
 
     if scenario != "claim" {

@@ -533,7 +533,7 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
     for rerun in [false, true] {
         let name = format!("cron:{rerun}");
         let slot = lease_core::UtcMillis::from_millis(1_000);
-        let h = holder.claim_slot(&name, slot).await.unwrap().unwrap();
+        let h = holder.claim_instant(&name, slot).await.unwrap().unwrap();
         let claimed_at = Instant::now();
         let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
         let term = i64::try_from(ctx.term()).unwrap();
@@ -565,12 +565,12 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
             let name = name.clone();
             tokio::spawn(async move {
                 if rerun {
-                    let found = rival.unfinished_slots(&[&name]).await?;
+                    let found = rival.unfinished_instants(&[&name]).await?;
                     assert_eq!(found.len(), 1, "the expired instant is found unfinished");
                     rival.claim_rerun(&found[0]).await
                 } else {
                     rival
-                        .claim_slot(&name, lease_core::UtcMillis::from_millis(2_000))
+                        .claim_instant(&name, lease_core::UtcMillis::from_millis(2_000))
                         .await
                 }
             })
@@ -591,7 +591,7 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
         assert_eq!(r.term(), h.term() + 1);
         if !rerun {
             // It gave the stale holder's instant up, and says so.
-            assert_eq!(r.superseded().map(|u| u.slot), Some(slot));
+            assert_eq!(r.superseded().map(|u| u.instant), Some(slot));
         }
         r.release().await.unwrap();
     }
@@ -611,7 +611,7 @@ async fn a_refused_claim_takes_no_row_lock() {
     let rival = Leases::new(store.clone());
     let h = holder.claim("held").await.unwrap().unwrap();
     let s = holder
-        .claim_slot("cron", lease_core::UtcMillis::from_millis(1_000))
+        .claim_instant("cron", lease_core::UtcMillis::from_millis(1_000))
         .await
         .unwrap()
         .unwrap();
@@ -629,7 +629,7 @@ async fn a_refused_claim_takes_no_row_lock() {
         (
             rival.claim("held").await,
             rival
-                .claim_slot("cron", lease_core::UtcMillis::from_millis(2_000))
+                .claim_instant("cron", lease_core::UtcMillis::from_millis(2_000))
                 .await,
         )
     })
@@ -893,12 +893,12 @@ async fn a_guarded_transaction_takes_one_round_trip_more_than_the_unverified_one
         let (store, insert, handle) = (store.clone(), insert.clone(), handle.clone());
         async move {
             let guard = handle.guard_statement().unwrap();
-            let p = guard.params(&handle);
+            let p = handle.guard_params();
             let mut client = store.pool().get().await.unwrap();
             let tx = client.transaction().await.unwrap();
             let verify = tx.prepare_cached(guard.sql()).await.unwrap();
             let _ = tx
-                .query_one(&verify, &[&p.name, &p.holder, &p.term])
+                .query_one(&verify, &[&p.name, &p.token.expose(), &p.term])
                 .await
                 .unwrap();
             let stmt = tx.prepare_cached(&insert).await.unwrap();

@@ -51,7 +51,7 @@ async fn holder_tokens_never_reach_the_drivers_debug_log() {
     let other = leases.claim("logs:b").await.unwrap().unwrap();
     let renewed = store
         .renew_many(
-            &[(held.name(), held.holder()), (other.name(), other.holder())],
+            &[(held.name(), held.token()), (other.name(), other.token())],
             60_000,
         )
         .await
@@ -65,17 +65,20 @@ async fn holder_tokens_never_reach_the_drivers_debug_log() {
         .unwrap();
     held.release().await.unwrap();
     other.release().await.unwrap();
-    tokens.extend([held.holder().to_owned(), other.holder().to_owned()]);
+    tokens.extend([
+        held.token().expose().to_owned(),
+        other.token().expose().to_owned(),
+    ]);
 
-    // claim_slot, finish, claim_rerun
+    // claim_instant, finish, claim_rerun
     let now = leases.now().await.unwrap();
     let slot = UtcMillis::from_millis(now.as_millis() - 1_000);
-    let round = leases.claim_slot("logs:s", slot).await.unwrap().unwrap();
-    tokens.push(round.holder().to_owned());
+    let round = leases.claim_instant("logs:s", slot).await.unwrap().unwrap();
+    tokens.push(round.token().expose().to_owned());
     round.release().await.unwrap();
-    let cut = leases.unfinished_slots(&["logs:s"]).await.unwrap();
+    let cut = leases.unfinished_instants(&["logs:s"]).await.unwrap();
     let rerun = leases.claim_rerun(&cut[0]).await.unwrap().unwrap();
-    tokens.push(rerun.holder().to_owned());
+    tokens.push(rerun.token().expose().to_owned());
     rerun.finish(now).await.unwrap();
 
     log::set_max_level(log::LevelFilter::Off);

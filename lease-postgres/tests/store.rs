@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 
 use lease_conformance::proxy::Proxy;
 use lease_core::{
-    CancellationToken, ClaimRequest, Finished, LeaseContext, LeaseStore, Leases, SlotClaim,
+    CancellationToken, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseContext,
+    LeaseStore, Leases, Token,
 };
 use lease_postgres::tokio_postgres::config::Host;
 use lease_postgres::{PostgresError, PostgresStore, SslMode};
@@ -257,7 +258,7 @@ async fn eight_replicas_migrating_a_missing_table_at_once_all_succeed() {
         let term = replicas[5]
             .claim(ClaimRequest {
                 name: "after",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "i",
                 lease_ms: 15_000,
             })
@@ -341,7 +342,7 @@ async fn tls_modes_against_the_local_server() {
         store
             .claim(ClaimRequest {
                 name: "tls",
-                holder: "h",
+                token: Token::new("h"),
                 instance: "i",
                 lease_ms: 15_000
             })
@@ -556,7 +557,7 @@ async fn every_operation_is_one_round_trip() {
         assert_eq!(
             s.claim(ClaimRequest {
                 name: &n("a"),
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: 15_000
             })
@@ -569,7 +570,7 @@ async fn every_operation_is_one_round_trip() {
         assert_eq!(
             s.claim(ClaimRequest {
                 name: &n("a"),
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i",
                 lease_ms: 15_000
             })
@@ -579,19 +580,24 @@ async fn every_operation_is_one_round_trip() {
         );
         step("claim (held: refused)", m);
         let m = mark();
-        assert!(s.renew(&n("a"), "h1", 15_000).await.unwrap().is_some());
+        assert!(
+            s.renew(&n("a"), Token::new("h1"), 15_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
         step("renew", m);
         let m = mark();
-        assert_eq!(s.verify(&n("a"), "h1").await.unwrap(), Some(1));
+        assert_eq!(s.verify(&n("a"), Token::new("h1")).await.unwrap(), Some(1));
         step("verify", m);
         let m = mark();
-        assert!(s.release(&n("a"), "h1").await.unwrap());
+        assert!(s.release(&n("a"), Token::new("h1")).await.unwrap());
         step("release", m);
         let m = mark();
         assert_eq!(
             s.claim(ClaimRequest {
                 name: &n("a"),
-                holder: "h3",
+                token: Token::new("h3"),
                 instance: "i",
                 lease_ms: 15_000
             })
@@ -603,10 +609,10 @@ async fn every_operation_is_one_round_trip() {
 
         let m = mark();
         let c = s
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: &n("s"),
-                    holder: "h1",
+                    token: Token::new("h1"),
                     instance: "i",
                     lease_ms: 15_000,
                 },
@@ -617,21 +623,21 @@ async fn every_operation_is_one_round_trip() {
         assert!(
             matches!(
                 c,
-                SlotClaim::Claimed {
+                InstantClaim::Claimed {
                     term: 1,
                     superseded: None
                 }
             ),
             "{c:?}"
         );
-        step("claim_slot (new name)", m);
-        assert!(s.release(&n("s"), "h1").await.unwrap());
+        step("claim_instant (new name)", m);
+        assert!(s.release(&n("s"), Token::new("h1")).await.unwrap());
         let m = mark();
         let c = s
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: &n("s"),
-                    holder: "h2",
+                    token: Token::new("h2"),
                     instance: "i",
                     lease_ms: 15_000,
                 },
@@ -640,16 +646,16 @@ async fn every_operation_is_one_round_trip() {
             .await
             .unwrap();
         assert!(
-            matches!(c, SlotClaim::Claimed { term: 2, superseded: Some(sup) } if sup.slot_ms == 1_000),
+            matches!(&c, InstantClaim::Claimed { term: 2, superseded: Some(sup) } if sup.instant.as_millis() == 1_000),
             "{c:?}"
         );
-        step("claim_slot (gives an instant up)", m);
+        step("claim_instant (gives an instant up)", m);
         let m = mark();
         let c = s
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: &n("s"),
-                    holder: "h3",
+                    token: Token::new("h3"),
                     instance: "i",
                     lease_ms: 15_000,
                 },
@@ -657,18 +663,26 @@ async fn every_operation_is_one_round_trip() {
             )
             .await
             .unwrap();
-        assert_eq!(c, SlotClaim::Refused);
-        step("claim_slot (held: refused)", m);
+        assert_eq!(c, InstantClaim::Refused);
+        step("claim_instant (held: refused)", m);
         let m = mark();
-        let f = s.finish(&n("s"), Some("h2"), 2_000, 2_000).await.unwrap();
+        let f = s
+            .finish(FinishRequest {
+                name: &n("s"),
+                token: Some(Token::new("h2")),
+                instant_ms: 2_000,
+                passed_ms: 2_000,
+            })
+            .await
+            .unwrap();
         assert_eq!(f, Finished::Released);
         step("finish (holder)", m);
 
         assert!(matches!(
-            s.claim_slot(
+            s.claim_instant(
                 ClaimRequest {
                     name: &n("u"),
-                    holder: "h1",
+                    token: Token::new("h1"),
                     instance: "i",
                     lease_ms: 15_000
                 },
@@ -676,9 +690,9 @@ async fn every_operation_is_one_round_trip() {
             )
             .await
             .unwrap(),
-            SlotClaim::Claimed { .. }
+            InstantClaim::Claimed { .. }
         ));
-        assert!(s.release(&n("u"), "h1").await.unwrap());
+        assert!(s.release(&n("u"), Token::new("h1")).await.unwrap());
         let names: Vec<String> = (0..50)
             .map(|i| n(&format!("other{i}")))
             .chain([n("u")])
@@ -693,23 +707,31 @@ async fn every_operation_is_one_round_trip() {
             s.claim_rerun(
                 ClaimRequest {
                     name: &n("u"),
-                    holder: "h2",
+                    token: Token::new("h2"),
                     instance: "i",
                     lease_ms: 15_000
                 },
-                found[0].term
+                found[0].term()
             )
             .await
             .unwrap()
         );
         step("claim_rerun", m);
         let m = mark();
-        let f = s.finish(&n("u"), None, 5_000, 5_000).await.unwrap();
+        let f = s
+            .finish(FinishRequest {
+                name: &n("u"),
+                token: None,
+                instant_ms: 5_000,
+                passed_ms: 5_000,
+            })
+            .await
+            .unwrap();
         assert_eq!(f, Finished::RecordedWithoutLease);
         step("finish (known lost)", m);
         let m = mark();
-        assert_eq!(s.last_slot(&n("u")).await.unwrap(), Some(5_000));
-        step("last_slot", m);
+        assert_eq!(s.last_instant(&n("u")).await.unwrap(), Some(5_000));
+        step("last_instant", m);
         let m = mark();
         assert!(s.now_ms().await.unwrap() > 1_700_000_000_000);
         step("now_ms", m);

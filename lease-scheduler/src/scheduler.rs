@@ -512,7 +512,7 @@ impl JobTask {
         }
         let give_up = self.next_due(latest);
         let last = loop {
-            match self.leases.last_slot(&job.lease_name).await {
+            match self.leases.last_instant(&job.lease_name).await {
                 Ok(last) => break last,
                 Err(error) => {
                     if !self
@@ -610,7 +610,7 @@ impl JobTask {
         let job = &self.job;
         let give_up = self.next_due(instant);
         loop {
-            match self.leases.claim_slot(&job.lease_name, instant).await {
+            match self.leases.claim_instant(&job.lease_name, instant).await {
                 Ok(None) => {
                     metrics::claim(kind.label(), "skipped");
                     tracing::debug!(
@@ -628,7 +628,7 @@ impl JobTask {
                         tracing::warn!(
                             job = %job.name,
                             instant = %Rfc3339(instant),
-                            superseded = %Rfc3339(given_up.slot),
+                            superseded = %Rfc3339(given_up.instant),
                             superseded_rerun = given_up.rerun,
                             term = handle.term(),
                             "gave up a round cut short: its instant never runs again"
@@ -656,14 +656,14 @@ impl JobTask {
                 metrics::claim(RoundLabel::Rerun, "claimed");
                 tracing::info!(
                     job = %job.name,
-                    instant = %Rfc3339(offer.slot),
+                    instant = %Rfc3339(offer.instant),
                     term = handle.term(),
                     "running a round cut short again"
                 );
                 Some(
                     self.round(
                         handle,
-                        offer.slot,
+                        offer.instant,
                         Kind {
                             rerun: true,
                             catch_up: false,
@@ -676,7 +676,7 @@ impl JobTask {
                 metrics::claim(RoundLabel::Rerun, "skipped");
                 tracing::debug!(
                     job = %job.name,
-                    instant = %Rfc3339(offer.slot),
+                    instant = %Rfc3339(offer.instant),
                     "rerun skipped: claimed again elsewhere, finished, or superseded"
                 );
                 None
@@ -685,7 +685,7 @@ impl JobTask {
                 metrics::claim(RoundLabel::Rerun, "error");
                 tracing::warn!(
                     job = %job.name,
-                    instant = %Rfc3339(offer.slot),
+                    instant = %Rfc3339(offer.instant),
                     error = %Chain(&error),
                     "rerun claim failed: the next sweep tries again"
                 );
@@ -940,13 +940,13 @@ impl Sweep {
     async fn run(self) {
         let names: Vec<&str> = self.offers.keys().map(String::as_str).collect();
         loop {
-            match self.leases.unfinished_slots(&names).await {
+            match self.leases.unfinished_instants(&names).await {
                 Ok(found) => {
                     metrics::sweep(true);
                     for u in found {
                         tracing::debug!(
                             job = %u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
-                            instant = %Rfc3339(u.slot),
+                            instant = %Rfc3339(u.instant),
                             "rerun sweep found a round cut short"
                         );
                         if let Some(tx) = self.offers.get(&u.name) {

@@ -172,7 +172,7 @@ async fn each_instant_runs_when_it_comes_and_is_finished() {
     assert!(
         store
             .calls()
-            .contains(&Call::LastSlot { name: NAME.into() })
+            .contains(&Call::LastInstant { name: NAME.into() })
     );
     let started = logs.matching(&[
         "round started",
@@ -220,7 +220,7 @@ async fn an_overrun_skips_the_instants_it_covered_and_says_how_many() {
         .calls()
         .into_iter()
         .filter_map(|c| match c {
-            Call::ClaimSlot { slot, .. } => Some(slot - T0),
+            Call::ClaimInstant { slot, .. } => Some(slot - T0),
             _ => None,
         })
         .collect();
@@ -261,7 +261,7 @@ async fn a_database_error_is_retried_within_the_instant() {
         .calls()
         .into_iter()
         .filter_map(|c| match c {
-            Call::ClaimSlotFailed { slot, at, .. } => Some((slot - T0, at - T0)),
+            Call::ClaimInstantFailed { slot, at, .. } => Some((slot - T0, at - T0)),
             _ => None,
         })
         .collect();

@@ -115,6 +115,7 @@ impl SqliteStoreBuilder {
     ///     .lease(Duration::from_secs(6))
     ///     .renew(Duration::from_secs(1))
     ///     .deadline(Duration::from_secs(4))
+    ///     .grace(Duration::from_secs(2))
     ///     .build()?;
     /// let store = SqliteStore::builder("sqlite::memory:")?
     ///     .with_timings(&timings) // busy timeout 2 s

@@ -9,7 +9,9 @@
 //! reads `'now'` once per statement step, so every mention of [`NOW`] in a
 //! statement sees the same instant.
 
-use lease_core::{LeaseInfo, SlotClaim, SlotRecord, TableName, TableRules, UnfinishedRow};
+use lease_core::{
+    InstantClaim, InstantRecord, LeaseInfo, TableName, TableRules, Unfinished, UtcMillis,
+};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params, params_from_iter};
 
 use crate::error::SqliteError;
@@ -90,7 +92,7 @@ pub(crate) struct Statements {
     /// Params: name, term, holder, instance, lease_ms. Rows changed: 1 claimed.
     pub(crate) claim_rerun: String,
     /// Params: name. Returns slot_ms.
-    pub(crate) last_slot: String,
+    pub(crate) last_instant: String,
     /// Params: name, term. Rows changed: 1 freed.
     pub(crate) force_release: String,
     /// Params: name. Returns the [`INFO_COLUMNS`].
@@ -114,7 +116,7 @@ impl Statements {
             slot_update: slot_update(t),
             finish: finish(t),
             claim_rerun: claim_rerun(t),
-            last_slot: last_slot(t),
+            last_instant: last_instant(t),
             force_release: format!(
                 "UPDATE {t} SET expires_at_ms = 0 \
                   WHERE name = ?1 AND term = ?2 AND expires_at_ms > {NOW}"
@@ -263,7 +265,7 @@ const INFO_COLUMNS: &str = "name, instance, term, expires_at_ms, \
      CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER), \
      slot_ms, unfinished_slot_ms, rerun_slot_ms";
 
-fn last_slot(t: &str) -> String {
+fn last_instant(t: &str) -> String {
     format!("SELECT slot_ms FROM {t} WHERE name = ?1")
 }
 
@@ -298,25 +300,25 @@ pub(crate) fn term_at(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u
 /// The row an instant claim reads before it writes.
 struct SlotRow {
     term: i64,
-    record: SlotRecord,
+    record: InstantRecord,
     expired: bool,
 }
 
 /// Claims an instant inside one `BEGIN IMMEDIATE` transaction: no other
 /// connection writes between the read and the write, and the write still
 /// compares the term it read.
-pub(crate) fn claim_slot_in(
+pub(crate) fn claim_instant_in(
     conn: &mut Connection,
     sql: &Statements,
     args: (&str, &str, &str, i64, i64),
-) -> rusqlite::Result<SlotClaim> {
+) -> rusqlite::Result<InstantClaim> {
     let (name, holder, instance, slot_ms, lease_ms) = args;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let row = tx
         .query_row(&sql.slot_read, [name], |row| {
             Ok(SlotRow {
                 term: row.get(0)?,
-                record: SlotRecord {
+                record: InstantRecord {
                     slot_ms: row.get(1)?,
                     unfinished_slot_ms: row.get(2)?,
                     rerun_slot_ms: row.get(3)?,
@@ -331,12 +333,12 @@ pub(crate) fn claim_slot_in(
                 .prepare_cached(&sql.slot_insert)?
                 .execute(params![name, holder, instance, slot_ms, lease_ms])?;
             if inserted == 1 {
-                SlotClaim::Claimed {
+                InstantClaim::Claimed {
                     term: 1,
                     superseded: None,
                 }
             } else {
-                SlotClaim::Refused
+                InstantClaim::Refused
             }
         }
         Some(row) if row.record.claimable(row.expired, slot_ms) => {
@@ -344,16 +346,18 @@ pub(crate) fn claim_slot_in(
                 .prepare_cached(&sql.slot_update)?
                 .execute(params![name, holder, instance, slot_ms, lease_ms, row.term])?;
             if updated == 1 {
-                SlotClaim::Claimed {
+                InstantClaim::Claimed {
                     term: u64::try_from(row.term.saturating_add(1))
                         .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, row.term))?,
-                    superseded: row.record.superseded(),
+                    superseded: row
+                        .record
+                        .superseded(name, u64::try_from(row.term).unwrap_or(0)),
                 }
             } else {
-                SlotClaim::Refused
+                InstantClaim::Refused
             }
         }
-        Some(_) => SlotClaim::Refused,
+        Some(_) => InstantClaim::Refused,
     };
     tx.commit()?;
     Ok(outcome)
@@ -400,17 +404,18 @@ pub(crate) fn find_unfinished_in(
     conn: &Connection,
     sql: &Statements,
     names: &[String],
-) -> rusqlite::Result<Vec<UnfinishedRow>> {
+) -> rusqlite::Result<Vec<Unfinished>> {
     let mut found = Vec::new();
     for chunk in names.chunks(MAX_NAMES_PER_STATEMENT) {
         let statement = find_unfinished(sql.table.quoted(), chunk.len());
         let mut stmt = conn.prepare(&statement)?;
         let rows = stmt.query_map(params_from_iter(chunk), |row| {
-            Ok(UnfinishedRow {
-                name: row.get(0)?,
-                term: term_at(row, 1)?,
-                slot_ms: row.get(2)?,
-            })
+            Ok(Unfinished::new(
+                row.get::<_, String>(0)?,
+                UtcMillis::from_millis(row.get(2)?),
+                false,
+                term_at(row, 1)?,
+            ))
         })?;
         for row in rows {
             found.push(row?);

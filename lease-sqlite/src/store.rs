@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, Finished, LeaseInfo, LeaseStore, SlotClaim, UnfinishedRow,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Token,
+    Unfinished,
 };
 use rusqlite::{Connection, InterruptHandle, OptionalExtension, params};
 
 use crate::builder::MEMORY;
 use crate::sql::{
-    self, Statements, claim_slot_in, find_unfinished_in, info, renew_many_in, term_at,
+    self, Statements, claim_instant_in, find_unfinished_in, info, renew_many_in, term_at,
 };
 
 /// A [`LeaseStore`] on an SQLite database: a file, or memory.
@@ -104,7 +105,7 @@ impl SqliteStore {
 }
 
 /// Every method is one call on the connection, and one statement, except
-/// [`claim_slot`](LeaseStore::claim_slot): a `BEGIN IMMEDIATE` transaction
+/// [`claim_instant`](LeaseStore::claim_instant): a `BEGIN IMMEDIATE` transaction
 /// of a read and a write.
 ///
 /// # Cancel safety
@@ -117,10 +118,11 @@ impl LeaseStore for SqliteStore {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
             returning(
@@ -135,9 +137,10 @@ impl LeaseStore for SqliteStore {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
+        let holder = token.expose();
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
             returning(
@@ -151,18 +154,19 @@ impl LeaseStore for SqliteStore {
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         let leases: Vec<(String, String)> = leases
             .iter()
-            .map(|(name, holder)| ((*name).to_owned(), (*holder).to_owned()))
+            .map(|(name, token)| ((*name).to_owned(), token.expose().to_owned()))
             .collect();
         self.run(move |conn, sql| renew_many_in(conn, sql, &leases, lease_ms))
             .await
     }
 
-    async fn verify(&self, name: &str, holder: &str) -> Result<Option<u64>, BoxError> {
+    async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
+        let holder = token.expose();
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
             conn.prepare_cached(&sql.verify)?
@@ -172,7 +176,8 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let holder = token.expose();
         let (name, holder) = (name.to_owned(), holder.to_owned());
         self.run(move |conn, sql| {
             conn.prepare_cached(&sql.release)?
@@ -182,31 +187,33 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
         self.run(move |conn, sql| {
-            claim_slot_in(conn, sql, (&name, &holder, &instance, slot_ms, lease_ms))
+            claim_instant_in(conn, sql, (&name, &holder, &instance, slot_ms, lease_ms))
         })
         .await
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let FinishRequest {
+            name,
+            token,
+            instant_ms: slot_ms,
+            passed_ms,
+        } = finish;
+        let holder = token.map(Token::expose);
         let (name, holder) = (name.to_owned(), holder.map(str::to_owned));
         self.run(move |conn, sql| {
             let released: Option<bool> = returning(
@@ -223,7 +230,7 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let names: Vec<String> = names.iter().map(|&name| name.to_owned()).collect();
         if names.is_empty() {
             return Ok(Vec::new());
@@ -235,10 +242,11 @@ impl LeaseStore for SqliteStore {
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
         let ClaimRequest {
             name,
-            holder,
+            token,
             instance,
             lease_ms,
         } = claim;
+        let holder = token.expose();
         let Ok(term) = i64::try_from(term) else {
             return Ok(false); // no row has a term SQLite cannot store
         };
@@ -251,10 +259,10 @@ impl LeaseStore for SqliteStore {
         .await
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let name = name.to_owned();
         self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.last_slot)?
+            conn.prepare_cached(&sql.last_instant)?
                 .query_row([name], |row| row.get(0))
                 .optional()
         })

@@ -32,7 +32,7 @@ pub struct SqlTexts {
     /// `name, term, holder, instance, lease_ms` -> rows changed.
     pub claim_rerun: String,
     /// `name` -> `slot_ms`.
-    pub last_slot: String,
+    pub last_instant: String,
     /// `name, term` -> rows changed.
     pub force_release: String,
     /// `name` -> the columns of a `LeaseInfo`, the database's now fifth.
@@ -65,7 +65,7 @@ impl SqlTexts {
             slot_update: s.slot_update,
             finish: s.finish,
             claim_rerun: s.claim_rerun,
-            last_slot: s.last_slot,
+            last_instant: s.last_instant,
             force_release: s.force_release,
             get: s.get,
             list: s.list,

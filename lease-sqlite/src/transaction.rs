@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lease_core::{GuardError, GuardStatement, LeaseContext};
+use lease_core::{Dialect, GuardError, GuardStatement, LeaseContext};
 use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 
 use crate::sql::{self, term_at};
@@ -161,7 +161,11 @@ impl SqliteStore {
     /// included) waits until the transaction ends, up to its busy timeout.
     #[must_use]
     pub fn guard_statement(&self) -> GuardStatement {
-        GuardStatement::new("BEGIN IMMEDIATE", sql::guard(self.inner.sql.table.quoted()))
+        GuardStatement::new(
+            Dialect::Sqlite,
+            "BEGIN IMMEDIATE",
+            sql::guard(self.inner.sql.table.quoted()),
+        )
     }
 }
 
@@ -247,7 +251,7 @@ where
     let term: Option<u64> = tx
         .query_row(
             &inner.sql.verify,
-            params![name, ctx.handle().holder()],
+            params![name, ctx.handle().token().expose()],
             |row| term_at(row, 0),
         )
         .optional()

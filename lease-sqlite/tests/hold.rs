@@ -18,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::{
     BoxError, CancellationToken, EndCause, ForwardingStore, LeaseStore, Leases, LostCause, Timings,
+    Token,
 };
 use lease_sqlite::{SqliteError, SqliteStore};
 use tokio::time::{Instant, sleep};
@@ -186,7 +187,7 @@ impl ForwardingStore for Recording {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
         let index = {
@@ -198,7 +199,7 @@ impl ForwardingStore for Recording {
             });
             renewals.len() - 1
         };
-        let result = self.inner.renew(name, holder, lease_ms).await;
+        let result = self.inner.renew(name, token, lease_ms).await;
         let mut renewals = self.renewals.lock().unwrap();
         renewals[index].end = Some(Instant::now());
         renewals[index].renewed = matches!(result, Ok(Some(_)));
@@ -207,12 +208,12 @@ impl ForwardingStore for Recording {
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
-        for (name, holder) in leases {
-            held.push(ForwardingStore::renew(self, name, holder, lease_ms).await?);
+        for (name, token) in leases {
+            held.push(ForwardingStore::renew(self, name, *token, lease_ms).await?);
         }
         Ok(held)
     }

@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lease_core::GuardError;
 use lease_core::{
-    ClaimRequest, EndCause, Finished, LeaseContext, LeaseStore, Leases, LostCause, SlotClaim,
-    SupersededSlot,
+    ClaimRequest, EndCause, FinishRequest, Finished, InstantClaim, LeaseContext, LeaseStore,
+    Leases, LostCause, Token, Unfinished, UtcMillis,
 };
 use lease_sqlite::{SqliteError, SqliteStore, SqliteStoreBuilder};
 use rusqlite::Connection;
@@ -96,7 +96,7 @@ async fn files_are_in_wal_mode() {
         store
             .claim(ClaimRequest {
                 name: "wal",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -127,7 +127,7 @@ async fn a_missing_file_is_created_and_migrate_is_idempotent() {
         store
             .claim(ClaimRequest {
                 name: "a",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -136,7 +136,7 @@ async fn a_missing_file_is_created_and_migrate_is_idempotent() {
         Some(1)
     );
     store.migrate().await.unwrap();
-    assert_eq!(store.verify("a", "h1").await.unwrap(), Some(1));
+    assert_eq!(store.verify("a", Token::new("h1")).await.unwrap(), Some(1));
 }
 
 #[tokio::test]
@@ -194,7 +194,7 @@ async fn eight_stores_on_one_file_race_a_claim_and_one_wins() {
                 store
                     .claim(ClaimRequest {
                         name: "race",
-                        holder: &format!("h{round}-{i}"),
+                        token: Token::new(&format!("h{round}-{i}")),
                         instance: "i",
                         lease_ms: 200,
                     })
@@ -226,10 +226,10 @@ async fn eight_stores_on_one_file_race_an_instant_and_one_wins() {
                 let _ = barrier.wait().await;
                 let holder = format!("h{round}-{i}");
                 store
-                    .claim_slot(
+                    .claim_instant(
                         ClaimRequest {
                             name: "job",
-                            holder: &holder,
+                            token: Token::new(&holder),
                             instance: "i",
                             lease_ms: 200,
                         },
@@ -241,14 +241,12 @@ async fn eight_stores_on_one_file_race_an_instant_and_one_wins() {
         let mut won = Vec::new();
         for task in tasks {
             match task.await.unwrap().expect("no error surfaces") {
-                SlotClaim::Claimed { term, superseded } => won.push((term, superseded)),
-                SlotClaim::Refused => {}
+                InstantClaim::Claimed { term, superseded } => won.push((term, superseded)),
+                InstantClaim::Refused => {}
             }
         }
-        let superseded = (round == 1).then_some(SupersededSlot {
-            slot_ms: 1_000,
-            rerun: false,
-        });
+        let superseded = (round == 1)
+            .then(|| Unfinished::new("job", UtcMillis::from_millis(1_000), false, round));
         assert_eq!(won, vec![(round + 1, superseded)], "round {round}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -270,7 +268,7 @@ async fn the_clock_is_the_databases() {
         store
             .claim(ClaimRequest {
                 name: "clock",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -299,7 +297,7 @@ async fn the_clock_is_the_databases() {
         store
             .claim(ClaimRequest {
                 name: "clock",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -309,16 +307,16 @@ async fn the_clock_is_the_databases() {
     );
     assert!(
         store
-            .renew("clock", "h1", LEASE_MS)
+            .renew("clock", Token::new("h1"), LEASE_MS)
             .await
             .unwrap()
             .is_some()
     );
     set_expiry(&conn, "clock", db_now - 1);
-    assert_eq!(store.verify("clock", "h1").await.unwrap(), None);
+    assert_eq!(store.verify("clock", Token::new("h1")).await.unwrap(), None);
     assert!(
         store
-            .renew("clock", "h1", LEASE_MS)
+            .renew("clock", Token::new("h1"), LEASE_MS)
             .await
             .unwrap()
             .is_none()
@@ -327,7 +325,7 @@ async fn the_clock_is_the_databases() {
         store
             .claim(ClaimRequest {
                 name: "clock",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -356,7 +354,7 @@ async fn names_compare_byte_for_byte() {
             store
                 .claim(ClaimRequest {
                     name,
-                    holder: &holder,
+                    token: Token::new(&holder),
                     instance: "i",
                     lease_ms: LEASE_MS
                 })
@@ -370,8 +368,11 @@ async fn names_compare_byte_for_byte() {
         .query_row("SELECT count(*) FROM gst_leases", [], |r| r.get(0))
         .unwrap();
     assert_eq!(rows, 3);
-    assert_eq!(store.verify("JOB", "h1").await.unwrap(), Some(1));
-    assert_eq!(store.verify("job", "h1").await.unwrap(), None);
+    assert_eq!(
+        store.verify("JOB", Token::new("h1")).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(store.verify("job", Token::new("h1")).await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -388,7 +389,7 @@ async fn tables_are_configurable_and_independent() {
         default
             .claim(ClaimRequest {
                 name: "x",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -400,7 +401,7 @@ async fn tables_are_configurable_and_independent() {
         other
             .claim(ClaimRequest {
                 name: "x",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -437,6 +438,7 @@ async fn the_busy_timeout_is_derived_from_the_timings() {
         .lease(Duration::from_secs(4))
         .renew(Duration::from_millis(500))
         .deadline(Duration::from_secs(2))
+        .grace(Duration::from_secs(2))
         .build()
         .unwrap();
     let store = SqliteStoreBuilder::from_path(&path)
@@ -450,7 +452,7 @@ async fn the_busy_timeout_is_derived_from_the_timings() {
     let err = store
         .claim(ClaimRequest {
             name: "busy",
-            holder: "h1",
+            token: Token::new("h1"),
             instance: "i",
             lease_ms: LEASE_MS,
         })
@@ -481,7 +483,7 @@ async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
     let err = store
         .claim(ClaimRequest {
             name: "busy",
-            holder: "h1",
+            token: Token::new("h1"),
             instance: "i",
             lease_ms: LEASE_MS,
         })
@@ -489,10 +491,10 @@ async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
         .unwrap_err();
     assert!(err.to_string().contains("locked"), "{err}");
     let err = store
-        .claim_slot(
+        .claim_instant(
             ClaimRequest {
                 name: "busy",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: LEASE_MS,
             },
@@ -502,13 +504,13 @@ async fn a_write_lock_held_elsewhere_fails_after_the_busy_timeout() {
         .unwrap_err();
     assert!(err.to_string().contains("locked"), "{err}");
     // Readers are not blocked by the writer in WAL mode.
-    assert_eq!(store.last_slot("busy").await.unwrap(), None);
+    assert_eq!(store.last_instant("busy").await.unwrap(), None);
     conn.execute_batch("COMMIT").unwrap();
     assert_eq!(
         store
             .claim(ClaimRequest {
                 name: "busy",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -533,7 +535,7 @@ async fn dropped_calls_leave_the_store_usable() {
     // The first call (a renewal of nothing) waits on the lock while holding
     // the connection; the claims queue behind it and are dropped before they
     // reach it.
-    let first = store.renew("dropped", "h0", LEASE_MS);
+    let first = store.renew("dropped", Token::new("h0"), LEASE_MS);
     assert!(
         tokio::time::timeout(Duration::from_millis(50), first)
             .await
@@ -543,7 +545,7 @@ async fn dropped_calls_leave_the_store_usable() {
         let holder = format!("h{i}");
         let call = store.claim(ClaimRequest {
             name: "dropped",
-            holder: &holder,
+            token: Token::new(&holder),
             instance: "i",
             lease_ms: LEASE_MS,
         });
@@ -561,7 +563,7 @@ async fn dropped_calls_leave_the_store_usable() {
         store
             .claim(ClaimRequest {
                 name: "after",
-                holder: "h9",
+                token: Token::new("h9"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -583,7 +585,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
         store
             .claim(ClaimRequest {
                 name: "c",
-                holder: "h1",
+                token: Token::new("h1"),
                 instance: "i1",
                 lease_ms: LEASE_MS
             })
@@ -595,7 +597,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
         store
             .claim(ClaimRequest {
                 name: "c",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i2",
                 lease_ms: LEASE_MS
             })
@@ -603,28 +605,50 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .unwrap(),
         None
     );
-    assert!(store.renew("c", "h1", LEASE_MS).await.unwrap().is_some());
     assert!(
-        store.renew("c", "h1", LEASE_MS).await.unwrap().is_some(),
+        store
+            .renew("c", Token::new("h1"), LEASE_MS)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .renew("c", Token::new("h1"), LEASE_MS)
+            .await
+            .unwrap()
+            .is_some(),
         "same value still held"
     );
-    assert!(store.renew("c", "h2", LEASE_MS).await.unwrap().is_none());
-    assert!(store.release("c", "h1").await.unwrap());
+    assert!(
+        store
+            .renew("c", Token::new("h2"), LEASE_MS)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.release("c", Token::new("h1")).await.unwrap());
     assert_eq!(
         row(&conn, "c").unwrap().2,
         0,
         "release sets expires_at_ms = 0"
     );
     assert!(
-        store.release("c", "h1").await.unwrap(),
+        store.release("c", Token::new("h1")).await.unwrap(),
         "release matches the holder only"
     );
-    assert!(store.renew("c", "h1", LEASE_MS).await.unwrap().is_none());
+    assert!(
+        store
+            .renew("c", Token::new("h1"), LEASE_MS)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(
         store
             .claim(ClaimRequest {
                 name: "c",
-                holder: "h2",
+                token: Token::new("h2"),
                 instance: "i2",
                 lease_ms: LEASE_MS
             })
@@ -632,22 +656,26 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .unwrap(),
         Some(2)
     );
-    assert!(!store.release("c", "h1").await.unwrap());
-    assert_eq!(store.verify("c", "h2").await.unwrap(), Some(2));
+    assert!(!store.release("c", Token::new("h1")).await.unwrap());
+    assert_eq!(store.verify("c", Token::new("h2")).await.unwrap(), Some(2));
     assert_eq!(
         row(&conn, "c").unwrap().3,
         0,
         "a plain claim has no instant"
     );
 
-    // claim_slot: insert with both slots, then refusals.
-    let claimed = |term, superseded| SlotClaim::Claimed { term, superseded };
+    // claim_instant: insert with both slots, then refusals.
+    let claimed = |term: u64, superseded: Option<(i64, bool)>| InstantClaim::Claimed {
+        term,
+        superseded: superseded
+            .map(|(ms, rerun)| Unfinished::new("s", UtcMillis::from_millis(ms), rerun, term - 1)),
+    };
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h1",
+                    token: Token::new("h1"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -661,10 +689,10 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     assert_eq!((slot, unfinished, rerun), (100, 100, 0));
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h2",
+                    token: Token::new("h2"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -672,16 +700,16 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             )
             .await
             .unwrap(),
-        SlotClaim::Refused,
+        InstantClaim::Refused,
         "held"
     );
-    assert!(store.release("s", "h1").await.unwrap());
+    assert!(store.release("s", Token::new("h1")).await.unwrap());
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h2",
+                    token: Token::new("h2"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -689,14 +717,18 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             )
             .await
             .unwrap(),
-        SlotClaim::Refused,
+        InstantClaim::Refused,
         "not later"
     );
     // find + claim again, then the cut-short rerun is superseded with rerun.
     let found = store.find_unfinished(&["s", "c", "nobody"]).await.unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(
-        (found[0].name.as_str(), found[0].term, found[0].slot_ms),
+        (
+            found[0].name.as_str(),
+            found[0].term(),
+            found[0].instant.as_millis()
+        ),
         ("s", 1, 100)
     );
     assert!(
@@ -704,7 +736,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .claim_rerun(
                 ClaimRequest {
                     name: "s",
-                    holder: "h3",
+                    token: Token::new("h3"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -718,7 +750,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .claim_rerun(
                 ClaimRequest {
                     name: "s",
-                    holder: "h4",
+                    token: Token::new("h4"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -733,7 +765,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .claim_rerun(
                 ClaimRequest {
                     name: "s",
-                    holder: "h4",
+                    token: Token::new("h4"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -743,17 +775,17 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .unwrap()
     );
     assert_eq!(row(&conn, "s").unwrap().5, 100, "rerun_slot_ms = slot_ms");
-    assert!(store.release("s", "h3").await.unwrap());
+    assert!(store.release("s", Token::new("h3")).await.unwrap());
     assert!(
         store.find_unfinished(&["s"]).await.unwrap().is_empty(),
         "rerun once"
     );
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h5",
+                    token: Token::new("h5"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -761,13 +793,7 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             )
             .await
             .unwrap(),
-        claimed(
-            3,
-            Some(SupersededSlot {
-                slot_ms: 100,
-                rerun: true
-            })
-        )
+        claimed(3, Some((100, true)))
     );
 
     // finish: holder branch with passed taken along, only when not in the
@@ -775,7 +801,12 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     let now = store.now_ms().await.unwrap();
     assert_eq!(
         store
-            .finish("s", Some("h5"), 200, now + 3_600_000)
+            .finish(FinishRequest {
+                name: "s",
+                token: Some(Token::new("h5")),
+                instant_ms: 200,
+                passed_ms: now + 3_600_000
+            })
             .await
             .unwrap(),
         Finished::Released
@@ -788,10 +819,10 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
     );
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h6",
+                    token: Token::new("h6"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -803,17 +834,25 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
         "a finished instant is not given up"
     );
     assert_eq!(
-        store.finish("s", Some("h6"), 300, 400).await.unwrap(),
+        store
+            .finish(FinishRequest {
+                name: "s",
+                token: Some(Token::new("h6")),
+                instant_ms: 300,
+                passed_ms: 400
+            })
+            .await
+            .unwrap(),
         Finished::Released
     );
     assert_eq!(row(&conn, "s").unwrap().3, 400, "passed taken along");
-    assert_eq!(store.last_slot("s").await.unwrap(), Some(400));
+    assert_eq!(store.last_instant("s").await.unwrap(), Some(400));
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h7",
+                    token: Token::new("h7"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -821,17 +860,17 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             )
             .await
             .unwrap(),
-        SlotClaim::Refused,
+        InstantClaim::Refused,
         "skipped instants stay skipped"
     );
 
     // finish without the lease: recorded, unless a later instant was claimed.
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h7",
+                    token: Token::new("h7"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -841,12 +880,12 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .unwrap(),
         claimed(5, None)
     );
-    assert!(store.release("s", "h7").await.unwrap());
+    assert!(store.release("s", Token::new("h7")).await.unwrap());
     assert_eq!(
         store
             .claim(ClaimRequest {
                 name: "s",
-                holder: "h8",
+                token: Token::new("h8"),
                 instance: "i",
                 lease_ms: LEASE_MS
             })
@@ -855,24 +894,40 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
         Some(6)
     );
     assert_eq!(
-        store.finish("s", Some("h7"), 500, 900).await.unwrap(),
+        store
+            .finish(FinishRequest {
+                name: "s",
+                token: Some(Token::new("h7")),
+                instant_ms: 500,
+                passed_ms: 900
+            })
+            .await
+            .unwrap(),
         Finished::RecordedWithoutLease
     );
     let (holder, _, expires, slot, unfinished, _) = row(&conn, "s").unwrap();
     assert_eq!((holder.as_str(), slot, unfinished), ("h8", 500, 0));
     assert!(expires > 0, "the new holder keeps the name");
     assert_eq!(
-        store.finish("s", Some("h7"), 500, 900).await.unwrap(),
+        store
+            .finish(FinishRequest {
+                name: "s",
+                token: Some(Token::new("h7")),
+                instant_ms: 500,
+                passed_ms: 900
+            })
+            .await
+            .unwrap(),
         Finished::NotRecorded,
         "already recorded"
     );
-    assert!(store.release("s", "h8").await.unwrap());
+    assert!(store.release("s", Token::new("h8")).await.unwrap());
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h9",
+                    token: Token::new("h9"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -882,13 +937,13 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             .unwrap(),
         claimed(7, None)
     );
-    assert!(store.release("s", "h9").await.unwrap());
+    assert!(store.release("s", Token::new("h9")).await.unwrap());
     assert_eq!(
         store
-            .claim_slot(
+            .claim_instant(
                 ClaimRequest {
                     name: "s",
-                    holder: "h10",
+                    token: Token::new("h10"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 },
@@ -896,31 +951,45 @@ async fn every_statement_leaves_the_row_the_protocol_says() {
             )
             .await
             .unwrap(),
-        claimed(
-            8,
-            Some(SupersededSlot {
-                slot_ms: 600,
-                rerun: false
-            })
-        )
+        claimed(8, Some((600, false)))
     );
     assert_eq!(
-        store.finish("s", None, 600, 0).await.unwrap(),
+        store
+            .finish(FinishRequest {
+                name: "s",
+                token: None,
+                instant_ms: 600,
+                passed_ms: 0
+            })
+            .await
+            .unwrap(),
         Finished::NotRecorded,
         "a later instant was claimed"
     );
     assert_eq!(
-        store.finish("s", None, 700, 0).await.unwrap(),
+        store
+            .finish(FinishRequest {
+                name: "s",
+                token: None,
+                instant_ms: 700,
+                passed_ms: 0
+            })
+            .await
+            .unwrap(),
         Finished::RecordedWithoutLease,
         "no holder given: the fallback only"
     );
     assert!(
-        store.verify("s", "h10").await.unwrap().is_some(),
+        store
+            .verify("s", Token::new("h10"))
+            .await
+            .unwrap()
+            .is_some(),
         "the lease is kept"
     );
 
-    assert_eq!(store.last_slot("nobody").await.unwrap(), None);
-    assert_eq!(store.last_slot("c").await.unwrap(), Some(0));
+    assert_eq!(store.last_instant("nobody").await.unwrap(), None);
+    assert_eq!(store.last_instant("c").await.unwrap(), Some(0));
 }
 
 /// More names than SQLite binds in one statement are still answered.
@@ -932,10 +1001,10 @@ async fn unfinished_instants_of_many_names() {
     for name in [&names[7], &names[35_000]] {
         assert!(matches!(
             store
-                .claim_slot(
+                .claim_instant(
                     ClaimRequest {
                         name,
-                        holder: "h",
+                        token: Token::new("h"),
                         instance: "i",
                         lease_ms: LEASE_MS
                     },
@@ -943,9 +1012,9 @@ async fn unfinished_instants_of_many_names() {
                 )
                 .await
                 .unwrap(),
-            SlotClaim::Claimed { .. }
+            InstantClaim::Claimed { .. }
         ));
-        assert!(store.release(name, "h").await.unwrap());
+        assert!(store.release(name, Token::new("h")).await.unwrap());
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut found: Vec<String> = store
@@ -1077,7 +1146,7 @@ async fn a_successor_waits_for_the_guarded_transaction_to_end() {
     let claimed = successor
         .claim(ClaimRequest {
             name: "fenced",
-            holder: "successor",
+            token: Token::new("successor"),
             instance: "i",
             lease_ms: LEASE_MS,
         })
@@ -1276,7 +1345,7 @@ async fn a_batch_of_renewals_is_one_commit() {
             store
                 .claim(ClaimRequest {
                     name,
-                    holder: "h",
+                    token: Token::new("h"),
                     instance: "i",
                     lease_ms: LEASE_MS
                 })
@@ -1285,9 +1354,12 @@ async fn a_batch_of_renewals_is_one_commit() {
                 .is_some()
         );
     }
-    let mut batch: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "h")).collect();
-    batch.push(("batch-0", "not-the-holder"));
-    batch.push(("never-claimed", "h"));
+    let mut batch: Vec<(&str, Token<'_>)> = names
+        .iter()
+        .map(|n| (n.as_str(), Token::new("h")))
+        .collect();
+    batch.push(("batch-0", Token::new("not-the-holder")));
+    batch.push(("never-claimed", Token::new("h")));
     let page: u32 = raw(&path)
         .query_row("PRAGMA page_size", [], |row| row.get(0))
         .unwrap();
@@ -1310,7 +1382,13 @@ async fn a_batch_of_renewals_is_one_commit() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let before = wal_bytes(&path);
     for name in &names {
-        assert!(store.renew(name, "h", LEASE_MS).await.unwrap().is_some());
+        assert!(
+            store
+                .renew(name, Token::new("h"), LEASE_MS)
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
     let one_by_one = (wal_bytes(&path) - before) / frame;
     eprintln!("log frames: batch of 50 {batched}, 50 renewals one by one {one_by_one}");
@@ -1344,7 +1422,7 @@ async fn the_log_is_checkpointed_while_only_renewals_write() {
     for name in &names {
         let claim = ClaimRequest {
             name,
-            holder: "h",
+            token: Token::new("h"),
             instance: "i",
             lease_ms: LEASE_MS,
         };
@@ -1357,7 +1435,13 @@ async fn the_log_is_checkpointed_while_only_renewals_write() {
     let mut most = 0;
     for i in 0..2_500 {
         let name = &names[i % names.len()];
-        assert!(store.renew(name, "h", LEASE_MS).await.unwrap().is_some());
+        assert!(
+            store
+                .renew(name, Token::new("h"), LEASE_MS)
+                .await
+                .unwrap()
+                .is_some()
+        );
         most = most.max(wal_bytes(&path) / frame);
     }
     assert!(

@@ -63,7 +63,7 @@ macro_rules! run_guard {
             let sql = sqlx::AssertSqlSafe(sql.to_owned());
             let (name, holder, term) = (
                 params.name.to_owned(),
-                params.holder.to_owned(),
+                params.token.expose().to_owned(),
                 params.term,
             );
             Box::pin(async move {

@@ -65,7 +65,7 @@ pub async fn guard_with<DB: FenceDatabase>(
     handle: &Handle,
 ) -> Result<(), GuardError<Infallible>> {
     check_dialect::<DB, Infallible>(statement, handle.name())?;
-    let params = statement.params(handle);
+    let params = handle.guard_params();
     match DB::run_guard(&mut **tx, statement.sql(), params).await {
         Ok(true) => Ok(()),
         Ok(false) => {

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use lease_core::{BoxError, ClaimRequest, Finished, SlotClaim, Timings, UnfinishedRow};
+use lease_core::{
+    BoxError, ClaimRequest, Finished, InstantClaim, Timings, Token, Unfinished, UtcMillis,
+};
 use lease_mysql::texts::{self, SqlTexts, Statement};
 use sqlx::mysql::{MySqlConnection, MySqlPoolOptions, MySqlRow};
 use sqlx::{Connection, Executor, Row};
@@ -68,6 +70,7 @@ sqlx_lease_store! {
     texts: SqlTexts,
     error: lease_mysql::MySqlError,
     default_table: lease_mysql::DEFAULT_TABLE,
+    dialect: lease_core::Dialect::MySql,
     begin: "START TRANSACTION",
     term: term_at,
     name: name_at,
@@ -200,7 +203,7 @@ impl MySqlLeaseStore {
         let mut conn = self.pool.acquire().await?;
         let mut values = vec![
             ("name", Value::Str(claim.name)),
-            ("holder", Value::Str(claim.holder)),
+            ("holder", Value::Str(claim.token.expose())),
             ("instance", Value::Str(claim.instance)),
             ("lease_ms", Value::Int(claim.lease_ms)),
         ];
@@ -259,7 +262,7 @@ impl MySqlLeaseStore {
     /// read sees exactly them), as `lease-mysql` does.
     async fn do_renew_chunk(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<(String, String, i64)>, BoxError> {
         let mut conn = self.pool.acquire().await?;
@@ -267,9 +270,9 @@ impl MySqlLeaseStore {
         let (update_sql, read_sql) = self.sql.renew_many(slots.len());
         let mut read = Vec::with_capacity(3 * slots.len());
         read.extend(slots.iter().map(|(name, _)| ("name", Value::Str(name))));
-        for (name, holder) in &slots {
+        for (name, token) in &slots {
             read.push(("name", Value::Str(name)));
-            read.push(("holder", Value::Str(holder)));
+            read.push(("holder", Value::Str(token.expose())));
         }
         let mut update = vec![("lease_ms", Value::Int(lease_ms))];
         update.extend(read.iter().copied());
@@ -307,11 +310,12 @@ impl MySqlLeaseStore {
 
     /// An instant claim: a plain read, then an insert or the update of the
     /// row read, each reading its outcome from its own reply.
-    async fn do_claim_slot(
+    async fn do_claim_instant(
         &self,
+        name: &str,
         mut values: Vec<(&str, Value<'_>)>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let row = self
             .query(&self.sql.slot_read, &values)?
             .fetch_optional(&self.pool)
@@ -325,19 +329,20 @@ impl MySqlLeaseStore {
             }
         };
         Ok(match SlotStep::after(read, slot_ms) {
-            SlotStep::Refuse => SlotClaim::Refused,
+            SlotStep::Refuse => InstantClaim::Refused,
             SlotStep::Insert => match self.write(&self.sql.slot_insert, &values).await? {
-                Some(1) => SlotClaim::Claimed {
+                Some(1) => InstantClaim::Claimed {
                     term: 1,
                     superseded: None,
                 },
-                _ => SlotClaim::Refused,
+                _ => InstantClaim::Refused,
             },
-            SlotStep::Update(superseded) => {
+            SlotStep::Update(record) => {
                 values.push(("term", Value::Int(old_term)));
+                let superseded = record.superseded(name, u64::try_from(old_term).unwrap_or(0));
                 match self.write(&self.sql.slot_update, &values).await? {
-                    Some(term) => SlotClaim::Claimed { term, superseded },
-                    None => SlotClaim::Refused,
+                    Some(term) => InstantClaim::Claimed { term, superseded },
+                    None => InstantClaim::Refused,
                 }
             }
         })
@@ -357,7 +362,7 @@ impl MySqlLeaseStore {
     /// The search in statements of at most
     /// [`MAX_NAMES_PER_SEARCH`](texts::MAX_NAMES_PER_SEARCH) names, each
     /// count rounded up to a power of two.
-    async fn do_find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn do_find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let mut found = Vec::new();
         let mut conn = self.pool.acquire().await?;
         for chunk in names.chunks(texts::MAX_NAMES_PER_SEARCH) {
@@ -368,11 +373,12 @@ impl MySqlLeaseStore {
                 .fetch_all(&mut *conn)
                 .await?;
             for row in &rows {
-                found.push(UnfinishedRow {
-                    name: name_at(row, 0)?,
-                    term: term_at(row, 1)?,
-                    slot_ms: row.try_get(2)?,
-                });
+                found.push(Unfinished::new(
+                    name_at(row, 0)?,
+                    UtcMillis::from_millis(row.try_get(2)?),
+                    false,
+                    term_at(row, 1)?,
+                ));
             }
         }
         Ok(found)

@@ -2,7 +2,7 @@
 //! statements, run through sqlx. What the three stores share is in
 //! `store.rs`; here is what PostgreSQL does its own way.
 
-use lease_core::{BoxError, Finished, SlotClaim, SupersededSlot, UnfinishedRow};
+use lease_core::{BoxError, Finished, InstantClaim, InstantRecord, Unfinished, UtcMillis};
 use lease_postgres::texts::SqlTexts;
 use sqlx::Row;
 
@@ -34,6 +34,7 @@ sqlx_lease_store! {
     texts: SqlTexts,
     error: lease_postgres::PostgresError,
     default_table: lease_postgres::DEFAULT_TABLE,
+    dialect: lease_core::Dialect::Postgres,
     begin: "BEGIN",
     term: signed_term,
     name: text_name,
@@ -52,11 +53,11 @@ impl PgLeaseStore {
     /// The renewals in one statement, on arrays of names and holders.
     async fn do_renew_chunk(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, lease_core::Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<(String, String, i64)>, BoxError> {
         let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
-        let holders: Vec<&str> = leases.iter().map(|(_, holder)| *holder).collect();
+        let holders: Vec<&str> = leases.iter().map(|(_, token)| token.expose()).collect();
         let rows = self
             .query(&self.sql.renew_many, &[])?
             .bind(names)
@@ -69,32 +70,32 @@ impl PgLeaseStore {
 
     /// An instant claim in one statement, which returns the row's old
     /// instants.
-    async fn do_claim_slot(
+    async fn do_claim_instant(
         &self,
+        name: &str,
         values: Vec<(&str, Value<'_>)>,
         _slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let Some(row) = self
-            .query(&self.sql.claim_slot, &values)?
+            .query(&self.sql.claim_instant, &values)?
             .fetch_optional(&self.pool)
             .await?
         else {
-            return Ok(SlotClaim::Refused);
+            return Ok(InstantClaim::Refused);
         };
         let new_term = signed_term(&row, 0)?;
-        let old_slot: Option<i64> = row.try_get(1)?;
-        let old_unfinished: Option<i64> = row.try_get(2)?;
-        let old_rerun: Option<i64> = row.try_get(3)?;
-        let superseded = match (old_slot, old_unfinished) {
-            (Some(slot), Some(unfinished)) if slot != 0 && unfinished == slot => {
-                Some(SupersededSlot {
-                    slot_ms: slot,
-                    rerun: old_rerun == Some(slot),
-                })
+        // The row as the claim found it; NULL when the claim inserted it.
+        let old: Option<i64> = row.try_get(1)?;
+        let superseded = match old {
+            None => None,
+            Some(slot_ms) => InstantRecord {
+                slot_ms,
+                unfinished_slot_ms: row.try_get(2)?,
+                rerun_slot_ms: row.try_get(3)?,
             }
-            _ => None,
+            .superseded(name, new_term.saturating_sub(1)),
         };
-        Ok(SlotClaim::Claimed {
+        Ok(InstantClaim::Claimed {
             term: new_term,
             superseded,
         })
@@ -113,7 +114,7 @@ impl PgLeaseStore {
     }
 
     /// The search in one statement, on an array of names.
-    async fn do_find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn do_find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let rows = self
             .query(&self.sql.find_unfinished, &[])?
             .bind(names.to_vec())
@@ -121,11 +122,12 @@ impl PgLeaseStore {
             .await?;
         rows.iter()
             .map(|row| {
-                Ok(UnfinishedRow {
-                    name: row.try_get(0)?,
-                    term: signed_term(row, 1)?,
-                    slot_ms: row.try_get(2)?,
-                })
+                Ok(Unfinished::new(
+                    row.try_get::<String, _>(0)?,
+                    UtcMillis::from_millis(row.try_get(2)?),
+                    false,
+                    signed_term(row, 1)?,
+                ))
             })
             .collect()
     }

@@ -2,7 +2,7 @@
 //! run through sqlx. What the three stores share is in `store.rs`; here is
 //! what SQLite does its own way.
 
-use lease_core::{BoxError, Finished, SlotClaim, UnfinishedRow};
+use lease_core::{BoxError, Finished, InstantClaim, Unfinished, UtcMillis};
 use lease_sqlite::texts::SqlTexts;
 use sqlx::Row;
 
@@ -22,7 +22,7 @@ sqlx_lease_store! {
     /// (`SqliteConnectOptions::journal_mode(SqliteJournalMode::Wal)
     /// .busy_timeout(..)`): the pool's connections write concurrently, and a
     /// claim that finds the file locked waits for the busy timeout. An instant
-    /// claim (`claim_slot`) is a `BEGIN IMMEDIATE` transaction of two
+    /// claim (`claim_instant`) is a `BEGIN IMMEDIATE` transaction of two
     /// statements, as in `lease-sqlite`.
     ///
     /// `migrate` creates the table if it is missing; unlike `lease-sqlite`'s,
@@ -32,6 +32,7 @@ sqlx_lease_store! {
     texts: SqlTexts,
     error: lease_sqlite::SqliteError,
     default_table: "gst_leases",
+    dialect: lease_core::Dialect::Sqlite,
     begin: "BEGIN IMMEDIATE",
     term: signed_term,
     name: text_name,
@@ -56,13 +57,13 @@ impl SqliteLeaseStore {
     /// statement, which returns the rows it renewed.
     async fn do_renew_chunk(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, lease_core::Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<(String, String, i64)>, BoxError> {
         let mut values = vec![("lease_ms", Value::Int(lease_ms))];
         for (name, holder) in leases {
             values.push(("name", Value::Str(name)));
-            values.push(("holder", Value::Str(holder)));
+            values.push(("holder", Value::Str(holder.expose())));
         }
         let rows = self
             .query(self.sql.renew_many(leases.len()).as_str(), &values)?
@@ -89,11 +90,12 @@ impl SqliteLeaseStore {
 
     /// An instant claim: a `BEGIN IMMEDIATE` transaction that reads the row,
     /// then inserts the name or takes the row over.
-    async fn do_claim_slot(
+    async fn do_claim_instant(
         &self,
+        name: &str,
         mut values: Vec<(&str, Value<'_>)>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let row = self
             .query(&self.sql.slot_read, &values[..1])?
@@ -110,27 +112,28 @@ impl SqliteLeaseStore {
         let (write, term, superseded) = match SlotStep::after(read, slot_ms) {
             SlotStep::Refuse => {
                 tx.commit().await?;
-                return Ok(SlotClaim::Refused);
+                return Ok(InstantClaim::Refused);
             }
             SlotStep::Insert => (&self.sql.slot_insert, 1, None),
-            SlotStep::Update(superseded) => {
+            SlotStep::Update(record) => {
                 values.push(("term", Value::Int(old_term)));
                 let term = lease_core::term_from_db(old_term.saturating_add(1))?;
+                let superseded = record.superseded(name, term.saturating_sub(1));
                 (&self.sql.slot_update, term, superseded)
             }
         };
         // 0 rows: someone was first.
         let done = self.query(write, &values)?.execute(&mut *tx).await?;
         let outcome = match done.rows_affected() {
-            1 => SlotClaim::Claimed { term, superseded },
-            _ => SlotClaim::Refused,
+            1 => InstantClaim::Claimed { term, superseded },
+            _ => InstantClaim::Refused,
         };
         tx.commit().await?;
         Ok(outcome)
     }
 
     /// The search in statements of [`NAMES_PER_STATEMENT`] names.
-    async fn do_find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn do_find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let mut found = Vec::new();
         for chunk in names.chunks(NAMES_PER_STATEMENT) {
             let values: Vec<_> = chunk.iter().map(|n| ("name", Value::Str(n))).collect();
@@ -139,11 +142,12 @@ impl SqliteLeaseStore {
                 .fetch_all(&self.pool)
                 .await?;
             for row in &rows {
-                found.push(UnfinishedRow {
-                    name: row.try_get(0)?,
-                    term: signed_term(row, 1)?,
-                    slot_ms: row.try_get(2)?,
-                });
+                found.push(Unfinished::new(
+                    row.try_get::<String, _>(0)?,
+                    UtcMillis::from_millis(row.try_get(2)?),
+                    false,
+                    signed_term(row, 1)?,
+                ));
             }
         }
         Ok(found)

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use lease_core::{BoxError, SlotRecord, SupersededSlot};
+use lease_core::{BoxError, InstantRecord};
 
 /// A value a statement binds.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +83,7 @@ impl SqlText for lease_mysql::texts::Statement {
 /// Which of `leases` a batch renewal found held, by the rows (name,
 /// holder, the database's now) it returned, in the order of `leases`.
 pub(crate) fn held(
-    leases: &[(&str, &str)],
+    leases: &[(&str, lease_core::Token<'_>)],
     rows: impl IntoIterator<Item = (String, String, i64)>,
 ) -> Vec<Option<i64>> {
     let renewed: HashMap<(String, String), i64> = rows
@@ -94,7 +94,7 @@ pub(crate) fn held(
         .iter()
         .map(|(name, holder)| {
             renewed
-                .get(&((*name).to_owned(), (*holder).to_owned()))
+                .get(&((*name).to_owned(), holder.expose().to_owned()))
                 .copied()
         })
         .collect()
@@ -106,18 +106,19 @@ pub(crate) fn held(
 pub(crate) enum SlotStep {
     /// Insert the name.
     Insert,
-    /// Take the row over; its old instant is `superseded`.
-    Update(Option<SupersededSlot>),
+    /// Take the row over, read as `record` (what it gives up:
+    /// [`InstantRecord::superseded`]).
+    Update(InstantRecord),
     /// Refuse: held, or the instant is not later than the last.
     Refuse,
 }
 
 impl SlotStep {
-    pub(crate) fn after(row: Option<(SlotRecord, bool)>, slot_ms: i64) -> SlotStep {
+    pub(crate) fn after(row: Option<(InstantRecord, bool)>, slot_ms: i64) -> SlotStep {
         match row {
             None => SlotStep::Insert,
             Some((record, expired)) if record.claimable(expired, slot_ms) => {
-                SlotStep::Update(record.superseded())
+                SlotStep::Update(record)
             }
             Some(_) => SlotStep::Refuse,
         }
@@ -161,13 +162,13 @@ where
 
 /// The instants of an instant claim's read (`term, slot_ms,
 /// unfinished_slot_ms, rerun_slot_ms, expired`): columns 1 to 3.
-pub(crate) fn slot_record<'r, R>(row: &'r R) -> Result<SlotRecord, BoxError>
+pub(crate) fn slot_record<'r, R>(row: &'r R) -> Result<InstantRecord, BoxError>
 where
     R: sqlx::Row,
     usize: sqlx::ColumnIndex<R>,
     i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
 {
-    Ok(SlotRecord {
+    Ok(InstantRecord {
         slot_ms: row.try_get(1)?,
         unfinished_slot_ms: row.try_get(2)?,
         rerun_slot_ms: row.try_get(3)?,
@@ -188,7 +189,7 @@ pub(crate) fn term_value(term: u64) -> Result<i64, BoxError> {
 /// - `do_claim`, `do_renew`, `do_migrate`, as the trait's;
 /// - `do_renew_chunk`: the renewals of at most `renewals_per_batch`
 ///   leases, the rows renewed (`name, holder, now`);
-/// - `do_claim_slot`, given the claim's values (`name, holder, instance,
+/// - `do_claim_instant`, given the claim's values (`name, holder, instance,
 ///   slot, lease_ms`) and the instant;
 /// - `do_finish`, given the values (`name, holder, slot, passed`);
 /// - `do_find_unfinished`, as the trait's;
@@ -203,6 +204,7 @@ macro_rules! sqlx_lease_store {
         texts: $texts:ty,
         error: $error:ty,
         default_table: $default:expr,
+        dialect: $dialect:expr,
         begin: $begin:literal,
         term: $term:path,
         name: $name:path,
@@ -250,7 +252,7 @@ macro_rules! sqlx_lease_store {
             /// backend crate's store's for the same table.
             #[must_use]
             pub fn guard_statement(&self) -> lease_core::GuardStatement {
-                lease_core::GuardStatement::new($begin, self.sql.guard.clone())
+                lease_core::GuardStatement::new($dialect, $begin, self.sql.guard.clone())
             }
 
             /// `text` with `values` bound in its order.
@@ -301,15 +303,16 @@ macro_rules! sqlx_lease_store {
             async fn renew(
                 &self,
                 name: &str,
-                holder: &str,
+                token: lease_core::Token<'_>,
                 lease_ms: i64,
             ) -> Result<Option<i64>, lease_core::BoxError> {
+        let holder = token.expose();
                 self.do_renew(name, holder, lease_ms).await
             }
 
             async fn renew_many(
                 &self,
-                leases: &[(&str, &str)],
+                leases: &[(&str, lease_core::Token<'_>)],
                 lease_ms: i64,
             ) -> Result<Vec<Option<i64>>, lease_core::BoxError> {
                 let mut renewed = Vec::with_capacity(leases.len());
@@ -322,8 +325,9 @@ macro_rules! sqlx_lease_store {
             async fn verify(
                 &self,
                 name: &str,
-                holder: &str,
+                token: lease_core::Token<'_>,
             ) -> Result<Option<u64>, lease_core::BoxError> {
+        let holder = token.expose();
                 use $crate::store::Value;
                 let row = self
                     .query(
@@ -335,7 +339,8 @@ macro_rules! sqlx_lease_store {
                 row.map(|row| $term(&row, 0)).transpose()
             }
 
-            async fn release(&self, name: &str, holder: &str) -> Result<bool, lease_core::BoxError> {
+            async fn release(&self, name: &str, token: lease_core::Token<'_>) -> Result<bool, lease_core::BoxError> {
+        let holder = token.expose();
                 use $crate::store::Value;
                 self.written(
                     &self.sql.release,
@@ -344,29 +349,25 @@ macro_rules! sqlx_lease_store {
                 .await
             }
 
-            async fn claim_slot(
+            async fn claim_instant(
                 &self,
                 claim: lease_core::ClaimRequest<'_>,
                 slot_ms: i64,
-            ) -> Result<lease_core::SlotClaim, lease_core::BoxError> {
+            ) -> Result<lease_core::InstantClaim, lease_core::BoxError> {
                 use $crate::store::Value;
                 let values = vec![
                     ("name", Value::Str(claim.name)),
-                    ("holder", Value::Str(claim.holder)),
+                    ("holder", Value::Str(claim.token.expose())),
                     ("instance", Value::Str(claim.instance)),
                     ("slot", Value::Int(slot_ms)),
                     ("lease_ms", Value::Int(claim.lease_ms)),
                 ];
-                self.do_claim_slot(values, slot_ms).await
+                self.do_claim_instant(claim.name, values, slot_ms).await
             }
 
-            async fn finish(
-                &self,
-                name: &str,
-                holder: Option<&str>,
-                slot_ms: i64,
-                passed_ms: i64,
-            ) -> Result<lease_core::Finished, lease_core::BoxError> {
+            async fn finish(&self, finish: lease_core::FinishRequest<'_>) -> Result<lease_core::Finished, lease_core::BoxError> {
+        let lease_core::FinishRequest { name, token, instant_ms: slot_ms, passed_ms } = finish;
+        let holder = token.map(lease_core::Token::expose);
                 use $crate::store::Value;
                 self.do_finish(&[
                     ("name", Value::Str(name)),
@@ -380,7 +381,7 @@ macro_rules! sqlx_lease_store {
             async fn find_unfinished(
                 &self,
                 names: &[&str],
-            ) -> Result<Vec<lease_core::UnfinishedRow>, lease_core::BoxError> {
+            ) -> Result<Vec<lease_core::Unfinished>, lease_core::BoxError> {
                 self.do_find_unfinished(names).await
             }
 
@@ -398,7 +399,7 @@ macro_rules! sqlx_lease_store {
                     &[
                         ("name", Value::Str(claim.name)),
                         ("term", Value::Int(term)),
-                        ("holder", Value::Str(claim.holder)),
+                        ("holder", Value::Str(claim.token.expose())),
                         ("instance", Value::Str(claim.instance)),
                         ("lease_ms", Value::Int(claim.lease_ms)),
                     ],
@@ -406,11 +407,11 @@ macro_rules! sqlx_lease_store {
                 .await
             }
 
-            async fn last_slot(&self, name: &str) -> Result<Option<i64>, lease_core::BoxError> {
+            async fn last_instant(&self, name: &str) -> Result<Option<i64>, lease_core::BoxError> {
                 use sqlx::Row as _;
                 use $crate::store::Value;
                 let row = self
-                    .query(&self.sql.last_slot, &[("name", Value::Str(name))])?
+                    .query(&self.sql.last_instant, &[("name", Value::Str(name))])?
                     .fetch_optional(&self.pool)
                     .await?;
                 Ok(row.map(|row| row.try_get(0)).transpose()?)
@@ -513,7 +514,7 @@ macro_rules! returning_claim_and_renew {
                         &self.sql.claim,
                         &[
                             ("name", Value::Str(claim.name)),
-                            ("holder", Value::Str(claim.holder)),
+                            ("holder", Value::Str(claim.token.expose())),
                             ("instance", Value::Str(claim.instance)),
                             ("lease_ms", Value::Int(claim.lease_ms)),
                         ],

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_core::LeaseStore;
+use lease_core::{LeaseStore, Token};
 
 /// A store on a fresh file (the suite migrates), under the target's
 /// temporary directory: the store outlives this function, so the files stay
@@ -65,7 +65,7 @@ async fn the_log_is_checkpointed_while_only_renewals_write() {
     for name in &names {
         let claim = lease_core::ClaimRequest {
             name,
-            holder: "h",
+            token: Token::new("h"),
             instance: "i",
             lease_ms: 15_000,
         };
@@ -79,7 +79,13 @@ async fn the_log_is_checkpointed_while_only_renewals_write() {
     let mut most = 0;
     for i in 0..2_500 {
         let name = &names[i % names.len()];
-        assert!(store.renew(name, "h", 15_000).await.unwrap().is_some());
+        assert!(
+            store
+                .renew(name, Token::new("h"), 15_000)
+                .await
+                .unwrap()
+                .is_some()
+        );
         most = most.max(lease_testkit::sqlite_wal_bytes(&path) / frame);
     }
     assert!(

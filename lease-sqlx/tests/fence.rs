@@ -347,7 +347,7 @@ macro_rules! scenarios {
             } else {
                 Dialect::Postgres
             };
-            let statement = GuardStatement::with_dialect(foreign, "BEGIN", "SELECT 1".into());
+            let statement = GuardStatement::new(foreign, "BEGIN", "SELECT 1".into());
             let mut tx = env.pool.begin().await.unwrap();
             let err = lease_sqlx::guard_with(&mut tx, &statement, ctx.handle())
                 .await

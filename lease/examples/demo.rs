@@ -169,7 +169,7 @@ async fn replica(id: usize, url: &str) -> BoxResult<()> {
             {
                 Ok(()) => Duration::from_millis(2_000),
                 Err(e) if e.is_held() => {
-                    match e.holder() {
+                    match e.held_by() {
                         Some(by) => println!("LOCKHELD {} {}", by.instance, by.term),
                         None => println!("LOCKHELD ? 0"),
                     }

@@ -474,6 +474,7 @@ pub async fn connect(url: &str) -> Result<Leases, ConnectError> {
 ///     .lease(Duration::from_secs(6))
 ///     .renew(Duration::from_secs(1))
 ///     .deadline(Duration::from_secs(4))
+///     .grace(Duration::from_secs(2))
 ///     .build()?;
 /// let leases = dblease::connect_with("sqlite::memory:", timings).await?;
 /// assert_eq!(leases.timings(), &timings);

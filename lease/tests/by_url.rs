@@ -39,16 +39,16 @@ async fn scenario(leases: &Leases, tag: &str) {
     let now = leases.now().await.unwrap().as_millis();
     let slot = UtcMillis::from_millis(now - now % 1000 - 60_000);
     let round = leases
-        .claim_slot(&job, slot)
+        .claim_instant(&job, slot)
         .await
         .unwrap()
         .expect("the first instant");
     round.finish(slot).await.unwrap();
     assert!(
-        leases.claim_slot(&job, slot).await.unwrap().is_none(),
+        leases.claim_instant(&job, slot).await.unwrap().is_none(),
         "an instant runs once"
     );
-    assert_eq!(leases.last_slot(&job).await.unwrap(), Some(slot));
+    assert_eq!(leases.last_instant(&job).await.unwrap(), Some(slot));
 }
 
 #[tokio::test]
@@ -140,6 +140,7 @@ fn tight() -> dblease::Timings {
         .lease(std::time::Duration::from_secs(6))
         .renew(std::time::Duration::from_secs(1))
         .deadline(std::time::Duration::from_secs(4))
+        .grace(std::time::Duration::from_secs(2))
         .build()
         .unwrap()
 }

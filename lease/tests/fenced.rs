@@ -225,7 +225,7 @@ async fn raw_guard(backend: &Backend, handle: &dblease::Handle) -> (RawTx, Optio
         _ => dblease::Dialect::Sqlite,
     };
     assert_eq!(stmt.dialect(), expected);
-    let p = stmt.params(handle);
+    let p = handle.guard_params();
     match backend {
         #[cfg(feature = "sqlite")]
         Backend::Sqlite(store) => {
@@ -236,7 +236,7 @@ async fn raw_guard(backend: &Backend, handle: &dblease::Handle) -> (RawTx, Optio
             let term = conn
                 .query_row(
                     stmt.sql(),
-                    rusqlite::params![p.name, p.holder, p.term],
+                    rusqlite::params![p.name, p.token.expose(), p.term],
                     |r| r.get(0),
                 )
                 .optional()
@@ -248,7 +248,7 @@ async fn raw_guard(backend: &Backend, handle: &dblease::Handle) -> (RawTx, Optio
             let client = store.pool().get().await.unwrap();
             client.batch_execute(stmt.begin()).await.unwrap();
             let term = client
-                .query_opt(stmt.sql(), &[&p.name, &p.holder, &p.term])
+                .query_opt(stmt.sql(), &[&p.name, &p.token.expose(), &p.term])
                 .await
                 .unwrap()
                 .map(|row| row.get(0));
@@ -260,7 +260,7 @@ async fn raw_guard(backend: &Backend, handle: &dblease::Handle) -> (RawTx, Optio
             let mut conn = store.pool().get_conn().await.unwrap();
             conn.query_drop(stmt.begin()).await.unwrap();
             let term = conn
-                .exec_first::<i64, _, _>(stmt.sql(), (p.name, p.holder, p.term))
+                .exec_first::<i64, _, _>(stmt.sql(), (p.name, p.token.expose(), p.term))
                 .await
                 .unwrap();
             (RawTx::MySql(conn), term)

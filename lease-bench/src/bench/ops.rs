@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dblease::{CancellationToken, Handle, LeaseContext, UtcMillis};
+use dblease::{CancellationToken, Handle, LeaseContext, Token, UtcMillis};
 
 use super::capability;
 use super::cell::cell;
@@ -141,7 +141,7 @@ async fn renew_many(
             .map(|set| {
                 Arc::new(
                     set.iter()
-                        .map(|h| (h.name().to_owned(), h.holder().to_owned()))
+                        .map(|h| (h.name().to_owned(), h.token().expose().to_owned()))
                         .collect(),
                 )
             })
@@ -155,8 +155,10 @@ async fn renew_many(
         let set = ss.get(tn.fetch_add(1, Ordering::Relaxed) % 2).cloned();
         async move {
             let set = set.ok_or("no set")?;
-            let pairs: Vec<(&str, &str)> =
-                set.iter().map(|(n, h)| (n.as_str(), h.as_str())).collect();
+            let pairs: Vec<(&str, Token<'_>)> = set
+                .iter()
+                .map(|(n, t)| (n.as_str(), Token::new(t)))
+                .collect();
             let held = t.leases.store().renew_many(&pairs, lease_ms).await?;
             if held.iter().any(Option::is_none) {
                 return Err("renew_many lost a lease".into());
@@ -277,7 +279,7 @@ pub(crate) async fn hand_contended(t: &Target, raw: &Raw, w: usize) -> BoxResult
 pub(crate) async fn lease_instant(t: &Target, w: usize, slot: i64) -> BoxResult<()> {
     let h = t
         .leases
-        .claim_slot(&format!("bench:job:{w}"), UtcMillis::from_millis(slot))
+        .claim_instant(&format!("bench:job:{w}"), UtcMillis::from_millis(slot))
         .await?
         .ok_or("instant refused")?;
     h.finish(UtcMillis::from_millis(slot)).await?;
@@ -291,7 +293,7 @@ pub(crate) async fn hand_instant(t: &Target, raw: &Raw, w: usize, slot: i64) -> 
     let n = raw
         .exec(
             w,
-            &t.sql.slot_claim,
+            &t.sql.instant_claim,
             Params::Slot(holder.clone(), "bench".into(), slot, name.clone()),
         )
         .await?;
@@ -312,7 +314,7 @@ pub(crate) async fn hand_renew(t: &Target, raw: &Raw, w: usize, h: &Handle) -> B
         .exec(
             w,
             &t.sql.renew,
-            Params::Two(h.name().to_owned(), h.holder().to_owned()),
+            Params::Two(h.name().to_owned(), h.token().expose().to_owned()),
         )
         .await?;
     Ok(())

@@ -339,7 +339,7 @@ pub(crate) struct Sql {
     pub(crate) claim: String,
     pub(crate) release: String,
     pub(crate) renew: String,
-    pub(crate) slot_claim: String,
+    pub(crate) instant_claim: String,
     pub(crate) finish: String,
     pub(crate) update_counter: String,
 }
@@ -371,7 +371,7 @@ impl Sql {
                 "UPDATE {TABLE} SET expires_at_ms = {now} + {LEASE_MS} \
                  WHERE name = {t1} AND holder = {t2} AND expires_at_ms > {now}"
             ),
-            slot_claim: format!(
+            instant_claim: format!(
                 "UPDATE {TABLE} SET holder = {t1}, instance = {t2}, term = term + 1, \
                  expires_at_ms = {now} + {LEASE_MS}, slot_ms = {slot}, unfinished_slot_ms = {slot} \
                  WHERE name = {job} AND expires_at_ms <= {now} AND slot_ms < {slot}"

@@ -164,13 +164,15 @@ async fn count_all(t: &Arc<Target>, count: &RoundTrips, batch: usize) -> BoxResu
         let handles = claim_many(t, "bench:trips:batch", batch).await?;
         let pairs: Vec<(String, String)> = handles
             .iter()
-            .map(|h| (h.name().to_owned(), h.holder().to_owned()))
+            .map(|h| (h.name().to_owned(), h.token().expose().to_owned()))
             .collect();
         let set = Arc::new(pairs);
         let lease_ms = i64::try_from(t.leases.timings().lease().as_millis())?;
         let lease = once(count, || async {
-            let pairs: Vec<(&str, &str)> =
-                set.iter().map(|(n, h)| (n.as_str(), h.as_str())).collect();
+            let pairs: Vec<(&str, dblease::Token<'_>)> = set
+                .iter()
+                .map(|(n, t)| (n.as_str(), dblease::Token::new(t)))
+                .collect();
             let _ = t.leases.store().renew_many(&pairs, lease_ms).await?;
             Ok(())
         })

@@ -205,7 +205,7 @@ impl Target {
     /// `BEGIN`, the guard by hand (or not), the `UPDATE`, `COMMIT`.
     async fn hand(&self, w: usize, verify: bool) -> BoxResult<()> {
         let id = Self::id(w)?;
-        let p = self.guard.params(self.ctxs[w].handle());
+        let p = self.ctxs[w].handle().guard_params();
         match &self.backend {
             Backend::Postgres(store) => {
                 let mut client = store.pool().get().await?;
@@ -213,7 +213,7 @@ impl Target {
                 if verify {
                     let stmt = tx.prepare_cached(self.guard.sql()).await?;
                     let _ = tx
-                        .query_opt(&stmt, &[&p.name, &p.holder, &p.term])
+                        .query_opt(&stmt, &[&p.name, &p.token.expose(), &p.term])
                         .await?
                         .ok_or("lost")?;
                 }
@@ -228,7 +228,7 @@ impl Target {
                     .await?;
                 if verify {
                     let row: Option<i64> = tx
-                        .exec_first(self.guard.sql(), (p.name, p.holder, p.term))
+                        .exec_first(self.guard.sql(), (p.name, p.token.expose(), p.term))
                         .await?;
                     let _ = row.ok_or("lost")?;
                 }
@@ -238,7 +238,7 @@ impl Target {
             Backend::Sqlite(store) => {
                 let path = store.path().ok_or("a file")?.to_owned();
                 let (guard, update) = (self.guard.sql().to_owned(), self.update.clone());
-                let (name, holder, term) = (p.name.to_owned(), p.holder.to_owned(), p.term);
+                let (name, holder, term) = (p.name.to_owned(), p.token.expose().to_owned(), p.term);
                 tokio::task::spawn_blocking(move || -> BoxResult<()> {
                     thread_local! {
                         static CONN: std::cell::RefCell<Option<rusqlite::Connection>> =
@@ -318,7 +318,7 @@ impl Target {
     async fn sqlx(&self, w: usize, guarded: bool) -> BoxResult<()> {
         let id = Self::id(w)?;
         let ctx = &self.ctxs[w];
-        let p = self.guard.params(ctx.handle());
+        let p = ctx.handle().guard_params();
         macro_rules! run {
             ($db:ty, $pool:expr) => {{
                 let update = sqlx::AssertSqlSafe(self.update.clone());
@@ -334,7 +334,7 @@ impl Target {
                     let mut tx = $pool.begin_with(self.guard.begin()).await?;
                     let _ = sqlx::query::<$db>(sqlx::AssertSqlSafe(self.guard.sql().to_owned()))
                         .bind(p.name)
-                        .bind(p.holder)
+                        .bind(p.token.expose())
                         .bind(p.term)
                         .fetch_optional(&mut *tx)
                         .await?

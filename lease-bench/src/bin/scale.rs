@@ -68,7 +68,7 @@ use dblease::postgres::PostgresStore;
 use dblease::postgres::deadpool_postgres::Pool;
 use dblease::sqlite::SqliteStoreBuilder;
 use dblease::sqlite::rusqlite;
-use dblease::{CancellationToken, ClaimRequest, Handle, Holder, LeaseStore, Leases};
+use dblease::{CancellationToken, ClaimRequest, Handle, Holder, LeaseStore, Leases, Token};
 use lease_bench::cpu::cpu_time;
 use lease_bench::stats::{Latency, Summary};
 use lease_bench::url::Backend;
@@ -400,11 +400,11 @@ impl ForwardingStore for Recording {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
         let sent = Instant::now();
-        let held = self.inner.renew(name, holder, lease_ms).await?;
+        let held = self.inner.renew(name, token, lease_ms).await?;
         if held.is_some() {
             self.renewed(std::iter::once(name), sent);
         }
@@ -413,7 +413,7 @@ impl ForwardingStore for Recording {
 
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         {
@@ -441,8 +441,8 @@ impl ForwardingStore for Recording {
         Ok(held)
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        let released = self.inner.release(name, holder).await?;
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let released = self.inner.release(name, token).await?;
         let mut r = self.lock();
         r.writes += 1;
         let _ = r.last.remove(name);

@@ -96,7 +96,7 @@ impl Contender {
             Kind::Plain | Kind::PlantedRerun(_) => self.leases.claim(name).await,
             Kind::Slot(slot) => {
                 self.leases
-                    .claim_slot(name, UtcMillis::from_millis(*slot))
+                    .claim_instant(name, UtcMillis::from_millis(*slot))
                     .await
             }
             Kind::Rerun(u) => self.leases.claim_rerun(u).await,
@@ -129,7 +129,7 @@ impl Contender {
         let (slot, rerun) = match kind {
             Kind::Plain => (None, false),
             Kind::Slot(s) => (Some(*s), false),
-            Kind::Rerun(u) => (Some(u.slot.as_millis()), true),
+            Kind::Rerun(u) => (Some(u.instant.as_millis()), true),
             Kind::PlantedRerun(s) => (Some(*s), true),
         };
         let name = handle.name().to_owned();
@@ -234,7 +234,7 @@ impl Contender {
     async fn schedule(self: Arc<Self>, job: String) {
         let mut last_tried = 0;
         loop {
-            if let Ok(found) = self.leases.unfinished_slots(&[&job]).await {
+            if let Ok(found) = self.leases.unfinished_instants(&[&job]).await {
                 for u in found {
                     let kind = Kind::Rerun(u);
                     if let Some((handle, seq)) = self.attempt(&job, &kind).await {

@@ -4,7 +4,7 @@
 //! The lock, the leader and the scheduler claim their names themselves; the
 //! soak cannot write `try` before each claim from outside. So their store is
 //! wrapped in a `RecordingStore`: every claim it forwards (`claim`,
-//! `claim_slot`, `claim_rerun`) is written as an attempt before it is sent,
+//! `claim_instant`, `claim_rerun`) is written as an attempt before it is sent,
 //! with a lower bound on the database's clock, and its outcome after it
 //! returned: refused, failed (unknown: the claim may have taken effect), or
 //! claimed, remembered by name and term so that the work that runs under it
@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, Finished, ForwardingStore, LeaseStore, SlotClaim,
+    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, ForwardingStore, InstantClaim,
+    LeaseStore, Token,
 };
 use tokio::time::{Instant, timeout};
 
@@ -175,12 +176,12 @@ impl ForwardingStore for RecordingStore {
     }
 
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        let ClaimRequest { name, holder, .. } = claim;
+        let ClaimRequest { name, token, .. } = claim;
         let seq = self.attempt(name).await?;
         let out = self.inner.claim(claim).await;
         self.settle(seq, &out, |claimed| match claimed {
             Some(term) => {
-                self.rec.won(seq, name, *term, holder);
+                self.rec.won(seq, name, *term, token.expose());
                 true
             }
             None => false,
@@ -188,32 +189,27 @@ impl ForwardingStore for RecordingStore {
         out
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
-        let ClaimRequest { name, holder, .. } = claim;
+    ) -> Result<InstantClaim, BoxError> {
+        let ClaimRequest { name, token, .. } = claim;
         let seq = self.attempt(name).await?;
-        let out = self.inner.claim_slot(claim, slot_ms).await;
+        let out = self.inner.claim_instant(claim, slot_ms).await;
         self.settle(seq, &out, |claimed| match claimed {
-            SlotClaim::Claimed { term, .. } => {
-                self.rec.won(seq, name, *term, holder);
+            InstantClaim::Claimed { term, .. } => {
+                self.rec.won(seq, name, *term, token.expose());
                 true
             }
-            SlotClaim::Refused => false,
+            InstantClaim::Refused => false,
         });
         out
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        let out = self.inner.finish(name, holder, slot_ms, passed_ms).await;
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let holder = finish.token.map(Token::expose);
+        let out = self.inner.finish(finish).await;
         // Only an end recorded while the holder still held the name is sure
         // to come before any second claim of the instant: one recorded
         // without the lease may come after a rerun was claimed.
@@ -229,12 +225,12 @@ impl ForwardingStore for RecordingStore {
     }
 
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        let ClaimRequest { name, holder, .. } = claim;
+        let ClaimRequest { name, token, .. } = claim;
         let seq = self.attempt(name).await?;
         let out = self.inner.claim_rerun(claim, term).await;
         self.settle(seq, &out, |&claimed| {
             if claimed {
-                self.rec.won(seq, name, term + 1, holder);
+                self.rec.won(seq, name, term + 1, token.expose());
             }
             claimed
         });

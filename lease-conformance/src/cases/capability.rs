@@ -79,7 +79,7 @@ pub async fn lock_lost_during_its_work_reports_the_loss_with_the_output(ctx: Ctx
             // release): the next renewal must find it no longer this
             // holder's, and end the context.
             let handle = lease.handle();
-            let freed = store.release(handle.name(), handle.holder()).await;
+            let freed = store.release(handle.name(), handle.token()).await;
             assert!(
                 matches!(freed, Ok(true)),
                 "release by the holder's token: {freed:?}"

@@ -96,7 +96,7 @@ pub async fn claim_after_release_takes_over_with_next_term_and_new_token(ctx: Ct
         old.term() + 1,
         "a takeover must increment the term"
     );
-    assert_ne!(new.holder(), old.holder(), "every claim mints a new token");
+    assert_ne!(new.token(), old.token(), "every claim mints a new token");
     assert!(
         old.verify().await.is_err_and(|e| e.is_lost()),
         "after the takeover the old token must no longer verify: the claim must write the new \
@@ -254,14 +254,14 @@ pub async fn overlong_name_is_refused_before_any_statement(ctx: Ctx) {
         "expected InvalidName/TooLong, got {err:?}"
     );
     let slot = leases
-        .claim_slot(&name, lease_core::UtcMillis::from_millis(1_000))
+        .claim_instant(&name, lease_core::UtcMillis::from_millis(1_000))
         .await;
     assert!(
         slot.is_err(),
         "an instant claim with an over-long name must be refused"
     );
-    assert!(leases.last_slot(&name).await.is_err());
-    assert!(leases.unfinished_slots(&[name.as_str()]).await.is_err());
+    assert!(leases.last_instant(&name).await.is_err());
+    assert!(leases.unfinished_instants(&[name.as_str()]).await.is_err());
     assert_eq!(
         ctx.statements(),
         before,

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, EndCause, Leases, LostCause, Op, Timings};
+use lease_core::{BoxError, EndCause, Leases, LostCause, Op, Timings, Token};
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
@@ -104,7 +104,7 @@ pub async fn hold_ends_context_as_not_this_holders_after_takeover(ctx: Ctx) {
         early_end(context.cause())
     );
 
-    let released = ctx.store().release(&name, h.holder()).await;
+    let released = ctx.store().release(&name, h.token()).await;
     assert!(
         matches!(released, Ok(true)),
         "release with the holder's token, while it held the name, must report it had the \
@@ -257,11 +257,14 @@ pub async fn renew_many_answers_each_lease_like_renew(ctx: Ctx) {
     ok(ht.release().await, "release");
     let _successor = claimed(&rival, &taken, "it was released").await;
     let batch = [
-        (a.as_str(), ha.holder()),
-        (released.as_str(), hr.holder()),
-        (b.as_str(), hb.holder()),
-        (taken.as_str(), ht.holder()),
-        (never.as_str(), "0123456789abcdef0123456789abcdef"),
+        (a.as_str(), ha.token()),
+        (released.as_str(), hr.token()),
+        (b.as_str(), hb.token()),
+        (taken.as_str(), ht.token()),
+        (
+            never.as_str(),
+            Token::new("0123456789abcdef0123456789abcdef"),
+        ),
     ];
     let store = ctx.store();
     let lease_ms = rival.timings().lease_ms();

@@ -9,10 +9,10 @@ mod claim;
 mod clock;
 mod hold;
 mod inspect;
+mod instant;
 mod release;
 mod renew;
 mod rerun;
-mod slot;
 mod verify;
 
 pub use capability::*;
@@ -20,10 +20,10 @@ pub use claim::*;
 pub use clock::*;
 pub use hold::*;
 pub use inspect::*;
+pub use instant::*;
 pub use release::*;
 pub use renew::*;
 pub use rerun::*;
-pub use slot::*;
 pub use verify::*;
 
 use lease_core::{Chain, Error, Handle, Leases, Result, UtcMillis};
@@ -56,13 +56,13 @@ pub(crate) async fn claimed(leases: &Leases, name: &str, why: &str) -> Handle {
 }
 
 /// Claims the instant `slot` under `name`, which must be claimable.
-pub(crate) async fn slot_claimed(
+pub(crate) async fn instant_claimed(
     leases: &Leases,
     name: &str,
     slot: UtcMillis,
     why: &str,
 ) -> Handle {
-    match leases.claim_slot(name, slot).await {
+    match leases.claim_instant(name, slot).await {
         Ok(Some(h)) => h,
         Ok(None) => panic!("instant claim of {name:?} at {slot} was refused: {why}"),
         Err(e) => panic!(

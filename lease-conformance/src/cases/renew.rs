@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_core::Timings;
+use lease_core::{Timings, Token};
 
 use super::{assert_lost, claimed, db_now, ok};
 use crate::Ctx;
@@ -14,6 +14,7 @@ pub async fn renew_keeps_name_past_lease_duration(ctx: Ctx) {
         .lease(Duration::from_millis(1_000))
         .renew(Duration::from_millis(100))
         .deadline(Duration::from_millis(600))
+        .grace(Duration::from_millis(400))
         .build();
     let holder = ctx.leases_with(ok(timings, "timings"));
     let rival = ctx.leases();
@@ -127,7 +128,7 @@ pub async fn renew_answers_the_database_now_it_wrote_with(ctx: Ctx) {
     let lease_ms = leases.timings().lease_ms();
     for i in 0..3 {
         let before = db_now(&leases).await.as_millis();
-        let answered = match store.renew(&name, h.holder(), lease_ms).await {
+        let answered = match store.renew(&name, h.token(), lease_ms).await {
             Ok(answered) => answered,
             Err(e) => panic!("renewal {i} by the holder failed: {e}"),
         };
@@ -153,7 +154,11 @@ pub async fn renew_answers_the_database_now_it_wrote_with(ctx: Ctx) {
         );
     }
     let other = match store
-        .renew(&name, "0123456789abcdef0123456789abcdef", lease_ms)
+        .renew(
+            &name,
+            Token::new("0123456789abcdef0123456789abcdef"),
+            lease_ms,
+        )
         .await
     {
         Ok(other) => other,

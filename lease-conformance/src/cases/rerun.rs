@@ -5,11 +5,11 @@ use std::sync::Arc;
 use lease_core::{Leases, Unfinished, UtcMillis};
 use tokio::task::JoinSet;
 
-use super::{claimed, instant, ok, slot_claimed};
+use super::{claimed, instant, instant_claimed, ok};
 use crate::Ctx;
 
 async fn cut_short(leases: &Leases, name: &str, slot: UtcMillis) {
-    let h = slot_claimed(
+    let h = instant_claimed(
         leases,
         name,
         slot,
@@ -20,7 +20,10 @@ async fn cut_short(leases: &Leases, name: &str, slot: UtcMillis) {
 }
 
 async fn find_one(leases: &Leases, name: &str, why: &str) -> Unfinished {
-    let found = ok(leases.unfinished_slots(&[name]).await, "unfinished_slots");
+    let found = ok(
+        leases.unfinished_instants(&[name]).await,
+        "unfinished_instants",
+    );
     match found.as_slice() {
         [u] => u.clone(),
         other => panic!(
@@ -35,11 +38,11 @@ pub async fn unfinished_found_only_after_expiry(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let _h = slot_claimed(&short, &name, s, "no row exists for the name yet").await;
+    let _h = instant_claimed(&short, &name, s, "no row exists for the name yet").await;
     assert!(
         ok(
-            leases.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            leases.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty(),
         "an instant whose round still holds the name was found unfinished: find must require \
@@ -48,7 +51,7 @@ pub async fn unfinished_found_only_after_expiry(ctx: Ctx) {
     ctx.sleep_past_short_lease().await;
     let u = find_one(&leases, &name, "its holder's lease expired mid-round").await;
     assert_eq!(
-        (u.name.as_str(), u.slot, u.rerun),
+        (u.name.as_str(), u.instant, u.rerun),
         (name.as_str(), s, false)
     );
     assert_eq!(u.term(), 1, "find must return the row's term");
@@ -66,7 +69,7 @@ pub async fn unfinished_found_at_once_after_release(ctx: Ctx) {
         "its round released the name before finishing",
     )
     .await;
-    assert_eq!(u.slot, s);
+    assert_eq!(u.instant, s);
 }
 
 /// A round that ran to its end is never found unfinished.
@@ -75,13 +78,13 @@ pub async fn finished_round_is_never_unfinished(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let h = slot_claimed(&short, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&short, &name, s, "no row exists for the name yet").await;
     ok(h.finish(s).await, "finish");
     ctx.sleep_past_short_lease().await;
     assert!(
         ok(
-            leases.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            leases.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty(),
         "a finished round was found unfinished"
@@ -94,7 +97,7 @@ pub async fn unfinished_of_many_names_found_in_one_statement(ctx: Ctx) {
     let s = instant(&leases, -60_000).await;
     let (a, b, c, d) = (ctx.name("a"), ctx.name("b"), ctx.name("c"), ctx.name("d"));
     cut_short(&leases, &a, s).await;
-    let fb = slot_claimed(&leases, &b, s, "no row exists for the name yet").await;
+    let fb = instant_claimed(&leases, &b, s, "no row exists for the name yet").await;
     ok(fb.finish(s).await, "finish");
     cut_short(&leases, &d, UtcMillis::from_millis(s.as_millis() + 1_000)).await;
     let plain = claimed(&leases, &ctx.name("plain"), "no row exists for it yet").await;
@@ -108,7 +111,10 @@ pub async fn unfinished_of_many_names_found_in_one_statement(ctx: Ctx) {
         a.as_str(),
         &ctx.name("plain"),
     ];
-    let mut found = ok(leases.unfinished_slots(&names).await, "unfinished_slots");
+    let mut found = ok(
+        leases.unfinished_instants(&names).await,
+        "unfinished_instants",
+    );
     assert_eq!(
         ctx.statements() - before,
         1,
@@ -117,7 +123,7 @@ pub async fn unfinished_of_many_names_found_in_one_statement(ctx: Ctx) {
     found.sort_by(|x, y| x.name.cmp(&y.name));
     let got: Vec<(&str, i64)> = found
         .iter()
-        .map(|u| (u.name.as_str(), u.slot.as_millis()))
+        .map(|u| (u.name.as_str(), u.instant.as_millis()))
         .collect();
     assert_eq!(
         got,
@@ -147,7 +153,7 @@ pub async fn rerun_claims_a_cut_short_instant_exactly_once(ctx: Ctx) {
         u.term() + 1,
         "a second claim moves the term by one"
     );
-    assert_eq!(h.slot(), Some(s));
+    assert_eq!(h.instant(), Some(s));
     assert!(
         ok(
             other.claim_rerun(&u).await,
@@ -159,8 +165,8 @@ pub async fn rerun_claims_a_cut_short_instant_exactly_once(ctx: Ctx) {
     ok(h.release().await, "release (cut short again)");
     assert!(
         ok(
-            leases.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            leases.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty(),
         "an instant claimed a second time must not be found again (claim again must set \
@@ -241,7 +247,7 @@ pub async fn rerun_refused_after_first_round_recorded_finished(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let slow = slot_claimed(&short, &name, s, "no row exists for the name yet").await;
+    let slow = instant_claimed(&short, &name, s, "no row exists for the name yet").await;
     ctx.sleep_past_short_lease().await;
     let u = find_one(&leases, &name, "its lease expired mid-round").await;
     // The slow round ends after all: its finish records the end without the lease.
@@ -260,14 +266,14 @@ pub async fn rerun_refused_after_later_instant_claimed(ctx: Ctx) {
     let s = instant(&leases, -120_000).await;
     cut_short(&leases, &name, s).await;
     let u = find_one(&leases, &name, "its round was cut short").await;
-    let later = slot_claimed(
+    let later = instant_claimed(
         &leases,
         &name,
         UtcMillis::from_millis(s.as_millis() + 60_000),
         "it is later and the name was released",
     )
     .await;
-    ok(later.finish(later.slot().unwrap_or(s)).await, "finish");
+    ok(later.finish(later.instant().unwrap_or(s)).await, "finish");
     assert!(
         ok(leases.claim_rerun(&u).await, "claim_rerun").is_none(),
         "an instant given up for a later one was claimed a second time"
@@ -280,7 +286,7 @@ pub async fn rerun_refused_while_name_held(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let _dead = slot_claimed(&short, &name, s, "no row exists for the name yet").await;
+    let _dead = instant_claimed(&short, &name, s, "no row exists for the name yet").await;
     ctx.sleep_past_short_lease().await;
     let u = find_one(&leases, &name, "its lease expired").await;
     let first = match ok(leases.claim_rerun(&u).await, "claim_rerun") {
@@ -291,8 +297,8 @@ pub async fn rerun_refused_while_name_held(ctx: Ctx) {
     // value cannot claim it again.
     assert!(
         ok(
-            leases.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            leases.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty()
     );
@@ -317,13 +323,16 @@ pub async fn rerun_round_finishes_like_any_other(ctx: Ctx) {
     ok(h.finish(s).await, "finish of the second round");
     assert!(
         ok(
-            leases.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            leases.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty()
     );
-    assert_eq!(ok(leases.last_slot(&name).await, "last_slot"), Some(s));
-    let next = slot_claimed(
+    assert_eq!(
+        ok(leases.last_instant(&name).await, "last_instant"),
+        Some(s)
+    );
+    let next = instant_claimed(
         &leases,
         &name,
         UtcMillis::from_millis(s.as_millis() + 60_000),

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use lease_conformance::reference::MemoryStore;
 pub use lease_conformance::reference::Row;
 use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, Finished, ForwardingStore, LeaseStore, SlotClaim,
-    UnfinishedRow,
+    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, ForwardingStore, InstantClaim,
+    LeaseStore, Token, Unfinished,
 };
 
 /// 2025-12-01T10:00:00Z: where the store's clock starts.
@@ -22,13 +22,13 @@ pub const T0: i64 = 1_764_583_200_000;
 /// A statement the store answered (or failed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
-    ClaimSlot {
+    ClaimInstant {
         name: String,
         slot: i64,
         at: i64,
         claimed: bool,
     },
-    ClaimSlotFailed {
+    ClaimInstantFailed {
         name: String,
         slot: i64,
         at: i64,
@@ -50,7 +50,7 @@ pub enum Call {
         name: String,
         claimed: bool,
     },
-    LastSlot {
+    LastInstant {
         name: String,
     },
 }
@@ -132,7 +132,7 @@ impl ForwardingStore for TestStore {
     async fn renew(
         &self,
         name: &str,
-        holder: &str,
+        token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
         if self
@@ -145,21 +145,21 @@ impl ForwardingStore for TestStore {
         {
             return Ok(None);
         }
-        self.inner.renew(name, holder, lease_ms).await
+        self.inner.renew(name, token, lease_ms).await
     }
 
     /// One renewal after the other, each through `renew` above (so a lost
     /// name is lost in a batch too).
     async fn renew_many(
         &self,
-        leases: &[(&str, &str)],
+        leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
         lease_core::renew_each(self, leases, lease_ms).await
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, BoxError> {
-        let released = self.inner.release(name, holder).await?;
+    async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
+        let released = self.inner.release(name, token).await?;
         self.record(Call::Release {
             name: name.to_owned(),
             released,
@@ -167,17 +167,17 @@ impl ForwardingStore for TestStore {
         Ok(released)
     }
 
-    async fn claim_slot(
+    async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
         slot_ms: i64,
-    ) -> Result<SlotClaim, BoxError> {
+    ) -> Result<InstantClaim, BoxError> {
         let (name, at) = (claim.name, self.now());
         {
             let mut s = self.state.lock().unwrap();
             if s.failing_claims > 0 {
                 s.failing_claims -= 1;
-                s.calls.push(Call::ClaimSlotFailed {
+                s.calls.push(Call::ClaimInstantFailed {
                     name: name.to_owned(),
                     slot: slot_ms,
                     at,
@@ -185,24 +185,24 @@ impl ForwardingStore for TestStore {
                 return Err(io_error("connection refused"));
             }
         }
-        let outcome = self.inner.claim_slot(claim, slot_ms).await?;
-        self.record(Call::ClaimSlot {
+        let outcome = self.inner.claim_instant(claim, slot_ms).await?;
+        self.record(Call::ClaimInstant {
             name: name.to_owned(),
             slot: slot_ms,
             at,
-            claimed: matches!(outcome, SlotClaim::Claimed { .. }),
+            claimed: matches!(outcome, InstantClaim::Claimed { .. }),
         });
         Ok(outcome)
     }
 
-    async fn finish(
-        &self,
-        name: &str,
-        holder: Option<&str>,
-        slot_ms: i64,
-        passed_ms: i64,
-    ) -> Result<Finished, BoxError> {
-        let outcome = self.inner.finish(name, holder, slot_ms, passed_ms).await?;
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let FinishRequest {
+            name,
+            instant_ms: slot_ms,
+            passed_ms,
+            ..
+        } = finish;
+        let outcome = self.inner.finish(finish).await?;
         self.record(Call::Finish {
             name: name.to_owned(),
             slot: slot_ms,
@@ -212,7 +212,7 @@ impl ForwardingStore for TestStore {
         Ok(outcome)
     }
 
-    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<UnfinishedRow>, BoxError> {
+    async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
         let at = self.now();
         let found = self.inner.find_unfinished(names).await?;
         self.record(Call::FindUnfinished { at });
@@ -229,11 +229,11 @@ impl ForwardingStore for TestStore {
         Ok(claimed)
     }
 
-    async fn last_slot(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        self.record(Call::LastSlot {
+    async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
+        self.record(Call::LastInstant {
             name: name.to_owned(),
         });
-        self.inner.last_slot(name).await
+        self.inner.last_instant(name).await
     }
 
     /// The injected failures are a database that did not answer (retryable);

@@ -6,7 +6,7 @@ use lease_core::{EndCause, Error, LeaseContext, LostCause, UtcMillis};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{assert_lost, claimed, err, instant, ok, slot_claimed};
+use super::{assert_lost, claimed, err, instant, instant_claimed, ok};
 use crate::Ctx;
 
 fn plus(t: UtcMillis, ms: i64) -> UtcMillis {
@@ -15,38 +15,38 @@ fn plus(t: UtcMillis, ms: i64) -> UtcMillis {
 
 /// The first instant claimed under a name starts term 1 and is on record as
 /// the last instant.
-pub async fn slot_claim_of_new_name_records_the_instant(ctx: Ctx) {
+pub async fn instant_claim_of_new_name_records_the_instant(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     assert_eq!(
         h.term(),
         1,
         "the first instant claim inserts the row with term 1"
     );
-    assert_eq!(h.slot(), Some(s));
+    assert_eq!(h.instant(), Some(s));
     assert!(
         h.superseded().is_none(),
         "a new name has no instant to give up, got {:?}",
         h.superseded()
     );
     assert_eq!(
-        ok(leases.last_slot(&name).await, "last_slot"),
+        ok(leases.last_instant(&name).await, "last_instant"),
         Some(s),
         "the insert must record the instant as slot_ms"
     );
 }
 
 /// An instant claim of a held name is refused, whoever holds it.
-pub async fn slot_claim_while_held_is_refused(ctx: Ctx) {
+pub async fn instant_claim_while_held_is_refused(ctx: Ctx) {
     let leases = ctx.leases();
     let rival = ctx.leases();
     let name = ctx.name("cron");
     let s1 = instant(&leases, -60_000).await;
-    let _h = slot_claimed(&leases, &name, s1, "no row exists for the name yet").await;
+    let _h = instant_claimed(&leases, &name, s1, "no row exists for the name yet").await;
     let got = ok(
-        rival.claim_slot(&name, plus(s1, 1_000)).await,
+        rival.claim_instant(&name, plus(s1, 1_000)).await,
         "a rival's instant claim",
     );
     assert!(
@@ -58,7 +58,7 @@ pub async fn slot_claim_while_held_is_refused(ctx: Ctx) {
     let _p = claimed(&leases, &plain, "no row exists for it yet").await;
     assert!(
         ok(
-            rival.claim_slot(&plain, s1).await,
+            rival.claim_instant(&plain, s1).await,
             "an instant claim of a plainly held name"
         )
         .is_none(),
@@ -67,23 +67,23 @@ pub async fn slot_claim_while_held_is_refused(ctx: Ctx) {
 }
 
 /// An instant not later than the one on record is refused, even on a free name.
-pub async fn slot_claim_not_later_than_last_is_refused(ctx: Ctx) {
+pub async fn instant_claim_not_later_than_last_is_refused(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     ok(h.finish(s).await, "finish");
     for (label, t) in [
         ("the same instant", s),
         ("an earlier instant", plus(s, -1_000)),
     ] {
         assert!(
-            ok(leases.claim_slot(&name, t).await, "an instant claim").is_none(),
+            ok(leases.claim_instant(&name, t).await, "an instant claim").is_none(),
             "{label} as the one on record was claimed again on a free name: the instant claim \
              must require :slot > slot_ms"
         );
     }
-    let later = slot_claimed(
+    let later = instant_claimed(
         &leases,
         &name,
         plus(s, 1),
@@ -101,7 +101,7 @@ pub async fn instants_are_claimed_once_and_in_order(ctx: Ctx) {
     for i in 0..6_i64 {
         let s = plus(base, i * 60_000);
         let who = &replicas[usize::try_from(i).unwrap_or(0) % 3];
-        let h = slot_claimed(who, &name, s, "it is the next instant of the schedule").await;
+        let h = instant_claimed(who, &name, s, "it is the next instant of the schedule").await;
         assert_eq!(
             h.term(),
             u64::try_from(i + 1).unwrap_or(0),
@@ -111,7 +111,7 @@ pub async fn instants_are_claimed_once_and_in_order(ctx: Ctx) {
         for (r, other) in replicas.iter().enumerate() {
             assert!(
                 ok(
-                    other.claim_slot(&name, s).await,
+                    other.claim_instant(&name, s).await,
                     "a second claim of the instant"
                 )
                 .is_none(),
@@ -120,7 +120,7 @@ pub async fn instants_are_claimed_once_and_in_order(ctx: Ctx) {
             if i > 0 {
                 assert!(
                     ok(
-                        other.claim_slot(&name, plus(s, -60_000)).await,
+                        other.claim_instant(&name, plus(s, -60_000)).await,
                         "an earlier claim"
                     )
                     .is_none(),
@@ -134,7 +134,7 @@ pub async fn instants_are_claimed_once_and_in_order(ctx: Ctx) {
 
 /// Sixteen replicas claiming the same instant: one wins, no error surfaces;
 /// the same for the next instant once the first round finished.
-pub async fn concurrent_slot_claims_have_one_winner(ctx: Ctx) {
+pub async fn concurrent_instant_claims_have_one_winner(ctx: Ctx) {
     let name = ctx.name("cron");
     let s1 = instant(&ctx.leases(), -60_000).await;
     for (round, s) in [(1_u64, s1), (2, plus(s1, 60_000))] {
@@ -146,7 +146,7 @@ pub async fn concurrent_slot_claims_have_one_winner(ctx: Ctx) {
             let barrier = barrier.clone();
             let _ = set.spawn(async move {
                 let _ = barrier.wait().await;
-                leases.claim_slot(&name, s).await
+                leases.claim_instant(&name, s).await
             });
         }
         let mut winners = Vec::new();
@@ -176,31 +176,34 @@ pub async fn concurrent_slot_claims_have_one_winner(ctx: Ctx) {
 
 /// An instant claim gives up the instant before it whose round was cut short,
 /// and names it.
-pub async fn slot_claim_gives_up_cut_short_round(ctx: Ctx) {
+pub async fn instant_claim_gives_up_cut_short_round(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s1 = instant(&leases, -120_000).await;
     let s2 = plus(s1, 60_000);
-    let first = slot_claimed(&leases, &name, s1, "no row exists for the name yet").await;
+    let first = instant_claimed(&leases, &name, s1, "no row exists for the name yet").await;
     ok(first.release().await, "release (the round is cut short)");
-    let second = slot_claimed(&leases, &name, s2, "it is later and the name was released").await;
+    let second = instant_claimed(&leases, &name, s2, "it is later and the name was released").await;
     let given_up = second.superseded().unwrap_or_else(|| {
         panic!(
             "the claim of a later instant gave up the cut-short instant {s1} without reporting \
              it: an unfinished_slot_ms read equal to slot_ms is an instant given up"
         )
     });
-    assert_eq!((given_up.name.as_str(), given_up.slot), (name.as_str(), s1));
+    assert_eq!(
+        (given_up.name.as_str(), given_up.instant),
+        (name.as_str(), s1)
+    );
     assert!(
         !given_up.rerun,
         "the instant had not been claimed a second time"
     );
     ok(second.release().await, "release");
     let found = ok(
-        leases.unfinished_slots(&[name.as_str()]).await,
-        "unfinished_slots",
+        leases.unfinished_instants(&[name.as_str()]).await,
+        "unfinished_instants",
     );
-    let slots: Vec<UtcMillis> = found.iter().map(|u| u.slot).collect();
+    let slots: Vec<UtcMillis> = found.iter().map(|u| u.instant).collect();
     assert_eq!(
         slots,
         vec![s2],
@@ -210,30 +213,30 @@ pub async fn slot_claim_gives_up_cut_short_round(ctx: Ctx) {
 
 /// An instant claim after a round cut short by expiry (its holder died)
 /// gives that instant up too.
-pub async fn slot_claim_gives_up_round_whose_lease_expired(ctx: Ctx) {
+pub async fn instant_claim_gives_up_round_whose_lease_expired(ctx: Ctx) {
     let short = ctx.short_leases();
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s1 = instant(&leases, -120_000).await;
-    let _dead = slot_claimed(&short, &name, s1, "no row exists for the name yet").await;
+    let _dead = instant_claimed(&short, &name, s1, "no row exists for the name yet").await;
     ctx.sleep_past_short_lease().await;
-    let next = slot_claimed(&leases, &name, plus(s1, 60_000), "the lease expired").await;
+    let next = instant_claimed(&leases, &name, plus(s1, 60_000), "the lease expired").await;
     assert_eq!(next.term(), 2);
     assert_eq!(
-        next.superseded().map(|u| u.slot),
+        next.superseded().map(|u| u.instant),
         Some(s1),
         "the claim gave up an instant whose holder died mid-round without reporting it"
     );
 }
 
 /// An instant claim after a round that ran to its end gives nothing up.
-pub async fn slot_claim_after_finished_round_gives_nothing_up(ctx: Ctx) {
+pub async fn instant_claim_after_finished_round_gives_nothing_up(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s1 = instant(&leases, -120_000).await;
-    let first = slot_claimed(&leases, &name, s1, "no row exists for the name yet").await;
+    let first = instant_claimed(&leases, &name, s1, "no row exists for the name yet").await;
     ok(first.finish(s1).await, "finish");
-    let second = slot_claimed(&leases, &name, plus(s1, 60_000), "it is later").await;
+    let second = instant_claimed(&leases, &name, plus(s1, 60_000), "it is later").await;
     assert!(
         second.superseded().is_none(),
         "a finished round was reported given up: finish must set unfinished_slot_ms = 0, and \
@@ -248,11 +251,11 @@ pub async fn superseded_instant_reports_its_rerun(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s1 = instant(&leases, -120_000).await;
-    let first = slot_claimed(&leases, &name, s1, "no row exists for the name yet").await;
+    let first = instant_claimed(&leases, &name, s1, "no row exists for the name yet").await;
     ok(first.release().await, "release (cut short)");
     let found = ok(
-        leases.unfinished_slots(&[name.as_str()]).await,
-        "unfinished_slots",
+        leases.unfinished_instants(&[name.as_str()]).await,
+        "unfinished_instants",
     );
     let [u] = found.as_slice() else {
         panic!("the released round should be found unfinished, found {found:?}")
@@ -265,11 +268,11 @@ pub async fn superseded_instant_reports_its_rerun(ctx: Ctx) {
         rerun.release().await,
         "release of the second round (cut short again)",
     );
-    let next = slot_claimed(&leases, &name, plus(s1, 60_000), "it is later").await;
+    let next = instant_claimed(&leases, &name, plus(s1, 60_000), "it is later").await;
     let given_up = next.superseded().unwrap_or_else(|| {
         panic!("the instant cut short twice was given up without being reported")
     });
-    assert_eq!(given_up.slot, s1);
+    assert_eq!(given_up.instant, s1);
     assert!(
         given_up.rerun,
         "the given-up instant had been claimed a second time: rerun_slot_ms read equal to \
@@ -278,13 +281,13 @@ pub async fn superseded_instant_reports_its_rerun(ctx: Ctx) {
 }
 
 /// A plain claim and an instant claim of one name share its term.
-pub async fn plain_and_slot_claims_share_the_term(ctx: Ctx) {
+pub async fn plain_and_instant_claims_share_the_term(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("shared");
     let plain = claimed(&leases, &name, "no row exists for it yet").await;
     ok(plain.release().await, "release");
     let s = instant(&leases, -60_000).await;
-    let slot = slot_claimed(&leases, &name, s, "it was released").await;
+    let slot = instant_claimed(&leases, &name, s, "it was released").await;
     assert_eq!(
         slot.term(),
         2,
@@ -301,7 +304,7 @@ pub async fn finish_while_holding_records_end_and_frees_name(ctx: Ctx) {
     let rival = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -60_000).await;
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     ok(h.finish(s).await, "finish by the holder");
     let next = claimed(
         &rival,
@@ -313,13 +316,16 @@ pub async fn finish_while_holding_records_end_and_frees_name(ctx: Ctx) {
     ok(next.release().await, "release");
     assert!(
         ok(
-            leases.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            leases.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty(),
         "a finished round was found unfinished: finish must set unfinished_slot_ms = 0"
     );
-    assert_eq!(ok(leases.last_slot(&name).await, "last_slot"), Some(s));
+    assert_eq!(
+        ok(leases.last_instant(&name).await, "last_instant"),
+        Some(s)
+    );
 }
 
 /// finish takes an overrun `passed` along: the instants the round overran stay
@@ -329,10 +335,10 @@ pub async fn finish_takes_overrun_passed_along(ctx: Ctx) {
     let name = ctx.name("cron");
     let s = instant(&leases, -10_000).await;
     let passed = plus(s, 5_000);
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     ok(h.finish(passed).await, "finish with an overrun");
     assert_eq!(
-        ok(leases.last_slot(&name).await, "last_slot"),
+        ok(leases.last_instant(&name).await, "last_instant"),
         Some(passed),
         "a passed instant later than the round's own and not in the database's future must be \
          taken along as slot_ms"
@@ -340,14 +346,14 @@ pub async fn finish_takes_overrun_passed_along(ctx: Ctx) {
     for t in [plus(s, 1_000), passed] {
         assert!(
             ok(
-                leases.claim_slot(&name, t).await,
+                leases.claim_instant(&name, t).await,
                 "a claim of an overrun instant"
             )
             .is_none(),
             "instant {t}, overrun by the round, was claimed after it finished"
         );
     }
-    let next = slot_claimed(
+    let next = instant_claimed(
         &leases,
         &name,
         plus(passed, 1_000),
@@ -362,19 +368,19 @@ pub async fn finish_does_not_take_along_passed_in_database_future(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -10_000).await;
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     let ahead = instant(&leases, 3_600_000).await;
     ok(
         h.finish(ahead).await,
         "finish with a passed instant an hour ahead",
     );
     assert_eq!(
-        ok(leases.last_slot(&name).await, "last_slot"),
+        ok(leases.last_instant(&name).await, "last_instant"),
         Some(s),
         "a passed instant in the database's future must not be taken along (slot_ms = passed \
          only when passed <= now)"
     );
-    let next = slot_claimed(
+    let next = instant_claimed(
         &leases,
         &name,
         plus(s, 1_000),
@@ -389,13 +395,13 @@ pub async fn finish_with_passed_before_its_instant_keeps_it(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -10_000).await;
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     ok(
         h.finish(plus(s, -5_000)).await,
         "finish with an earlier passed",
     );
     assert_eq!(
-        ok(leases.last_slot(&name).await, "last_slot"),
+        ok(leases.last_instant(&name).await, "last_instant"),
         Some(s),
         "slot_ms never decreases: a passed before the round's instant must not be recorded"
     );
@@ -408,7 +414,7 @@ pub async fn finish_after_name_changed_hands_records_end_and_is_lost(ctx: Ctx) {
     let rival = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&rival, -10_000).await;
-    let h = slot_claimed(&short, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&short, &name, s, "no row exists for the name yet").await;
     ctx.sleep_past_short_lease().await;
     let taker = claimed(&rival, &name, "its lease expired").await;
     assert_lost(
@@ -421,15 +427,15 @@ pub async fn finish_after_name_changed_hands_records_end_and_is_lost(ctx: Ctx) {
         "finish by the old holder must not release the new holder's lease"
     );
     assert_eq!(
-        ok(rival.last_slot(&name).await, "last_slot"),
+        ok(rival.last_instant(&name).await, "last_instant"),
         Some(s),
         "passed must not be taken along without the lease"
     );
     ok(taker.release().await, "release");
     assert!(
         ok(
-            rival.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            rival.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty(),
         "the round ran to its end, so its end must be recorded even without the lease \
@@ -445,9 +451,9 @@ pub async fn finish_after_later_instant_claimed_records_nothing(ctx: Ctx) {
     let name = ctx.name("cron");
     let s1 = instant(&rival, -120_000).await;
     let s2 = plus(s1, 60_000);
-    let h = slot_claimed(&short, &name, s1, "no row exists for the name yet").await;
+    let h = instant_claimed(&short, &name, s1, "no row exists for the name yet").await;
     ctx.sleep_past_short_lease().await;
-    let later = slot_claimed(&rival, &name, s2, "the lease expired").await;
+    let later = instant_claimed(&rival, &name, s2, "the lease expired").await;
     assert_lost(
         h.finish(s1).await,
         "finish after a later instant was claimed",
@@ -457,10 +463,10 @@ pub async fn finish_after_later_instant_claimed_records_nothing(ctx: Ctx) {
         "release of the later round (cut short)",
     );
     let found = ok(
-        rival.unfinished_slots(&[name.as_str()]).await,
-        "unfinished_slots",
+        rival.unfinished_instants(&[name.as_str()]).await,
+        "unfinished_instants",
     );
-    let slots: Vec<UtcMillis> = found.iter().map(|u| u.slot).collect();
+    let slots: Vec<UtcMillis> = found.iter().map(|u| u.instant).collect();
     assert_eq!(
         slots,
         vec![s2],
@@ -476,7 +482,7 @@ pub async fn finish_on_known_lost_handle_records_end_without_giving_back(ctx: Ct
     let rival = ctx.leases();
     let name = ctx.name("cron");
     let s = instant(&leases, -10_000).await;
-    let h = slot_claimed(&leases, &name, s, "no row exists for the name yet").await;
+    let h = instant_claimed(&leases, &name, s, "no row exists for the name yet").await;
     LeaseContext::new(h.clone(), CancellationToken::new())
         .end(EndCause::Lost(LostCause::NotHolder));
     assert!(
@@ -492,7 +498,7 @@ pub async fn finish_on_known_lost_handle_records_end_without_giving_back(ctx: Ct
         "finish on a handle known lost gave the name back: it must only record the end"
     );
     assert_eq!(
-        ok(rival.last_slot(&name).await, "last_slot"),
+        ok(rival.last_instant(&name).await, "last_instant"),
         Some(s),
         "passed must not be taken along when the end is recorded without giving back"
     );
@@ -500,8 +506,8 @@ pub async fn finish_on_known_lost_handle_records_end_without_giving_back(ctx: Ct
     let _ = h.release().await.ok();
     assert!(
         ok(
-            rival.unfinished_slots(&[name.as_str()]).await,
-            "unfinished_slots"
+            rival.unfinished_instants(&[name.as_str()]).await,
+            "unfinished_instants"
         )
         .is_empty(),
         "the end of the round was not recorded by finish on a handle known lost"
@@ -528,13 +534,13 @@ pub async fn finish_of_plain_claim_is_refused(ctx: Ctx) {
 }
 
 /// An instant at or before the UNIX epoch is refused before any statement.
-pub async fn slot_claim_of_epoch_instant_is_refused(ctx: Ctx) {
+pub async fn instant_claim_of_the_epoch_is_refused(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let before = ctx.statements();
     for t in [0, -1_000] {
         let e = err(
-            leases.claim_slot(&name, UtcMillis::from_millis(t)).await,
+            leases.claim_instant(&name, UtcMillis::from_millis(t)).await,
             "an instant claim at or before the epoch",
         );
         assert!(
@@ -545,45 +551,54 @@ pub async fn slot_claim_of_epoch_instant_is_refused(ctx: Ctx) {
     assert_eq!(ctx.statements(), before);
 }
 
-/// last_slot of a name never claimed is none.
-pub async fn last_slot_of_never_claimed_name_is_none(ctx: Ctx) {
+/// last_instant of a name never claimed is none.
+pub async fn last_instant_of_never_claimed_name_is_none(ctx: Ctx) {
     let leases = ctx.leases();
     assert_eq!(
-        ok(leases.last_slot(&ctx.name("never")).await, "last_slot"),
+        ok(
+            leases.last_instant(&ctx.name("never")).await,
+            "last_instant"
+        ),
         None,
         "a name with no row has no instant on record"
     );
 }
 
-/// last_slot of a name only ever claimed plainly is none.
-pub async fn last_slot_of_plainly_claimed_name_is_none(ctx: Ctx) {
+/// last_instant of a name only ever claimed plainly is none.
+pub async fn last_instant_of_plainly_claimed_name_is_none(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("plain");
     let h = claimed(&leases, &name, "no row exists for it yet").await;
     assert_eq!(
-        ok(leases.last_slot(&name).await, "last_slot"),
+        ok(leases.last_instant(&name).await, "last_instant"),
         None,
         "a plain claim records no instant (its insert must set slot_ms = 0)"
     );
     ok(h.release().await, "release");
 }
 
-/// last_slot follows the rounds: the last instant claimed, or the last a
+/// last_instant follows the rounds: the last instant claimed, or the last a
 /// finished round took along.
-pub async fn last_slot_follows_the_rounds(ctx: Ctx) {
+pub async fn last_instant_follows_the_rounds(ctx: Ctx) {
     let leases = ctx.leases();
     let name = ctx.name("cron");
     let s1 = instant(&leases, -300_000).await;
-    let h1 = slot_claimed(&leases, &name, s1, "no row exists for the name yet").await;
-    assert_eq!(ok(leases.last_slot(&name).await, "last_slot"), Some(s1));
+    let h1 = instant_claimed(&leases, &name, s1, "no row exists for the name yet").await;
+    assert_eq!(
+        ok(leases.last_instant(&name).await, "last_instant"),
+        Some(s1)
+    );
     let p1 = plus(s1, 120_000);
     ok(h1.finish(p1).await, "finish with an overrun");
-    assert_eq!(ok(leases.last_slot(&name).await, "last_slot"), Some(p1));
+    assert_eq!(
+        ok(leases.last_instant(&name).await, "last_instant"),
+        Some(p1)
+    );
     let s2 = plus(p1, 60_000);
-    let h2 = slot_claimed(&leases, &name, s2, "it is after the overrun").await;
+    let h2 = instant_claimed(&leases, &name, s2, "it is after the overrun").await;
     ok(h2.release().await, "release (cut short)");
     assert_eq!(
-        ok(leases.last_slot(&name).await, "last_slot"),
+        ok(leases.last_instant(&name).await, "last_instant"),
         Some(s2),
         "a cut-short round's instant is still the last claimed"
     );
