@@ -76,6 +76,7 @@ impl Ctx {
         Leases::from_arc(self.store())
             .with_timings(timings)
             .with_instance(format!("conformance-{n}"))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Sleeps until a lease of [`Ctx::short_leases`] claimed or renewed

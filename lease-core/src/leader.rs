@@ -476,6 +476,7 @@ mod tests {
     fn replica(table: &Arc<MemTable>, instance: &str) -> Leases {
         Leases::from_arc(table.clone())
             .with_instance(instance)
+            .unwrap()
             .with_fail_hook(|e| panic!("the fail hook was reached: {e}"))
     }
 

@@ -285,7 +285,7 @@ impl Lock {
         let by = self.leases.get(&self.name).await.ok().flatten();
         tracing::debug!(
             name = ?self.name,
-            held_by = by.as_ref().map(|i| i.instance.as_str()),
+            held_by = by.as_ref().map(|i| tracing::field::debug(&i.instance)),
             term = by.as_ref().map(|i| i.term),
             "lock held elsewhere"
         );
@@ -436,29 +436,14 @@ impl<T> LockError<T> {
 }
 
 impl<T> fmt::Debug for LockError<T> {
-    /// The work's output is shown only as present or not: `T` need not be
-    /// `Debug`.
+    /// The message and its causes on one line, as [`Error`]'s `Debug`, so
+    /// that a `main` returning the error prints something a person can
+    /// read. The work's output kept in [`LockError::Lost`] is not shown:
+    /// `T` need not be `Debug` (take it with [`into_output`](Self::into_output)).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::Held { name, by } => f
-                .debug_struct("Held")
-                .field("name", name)
-                .field("by", by)
-                .finish(),
-            LockError::Lost {
-                name,
-                cause,
-                output,
-            } => f
-                .debug_struct("Lost")
-                .field("name", name)
-                .field("cause", cause)
-                .field("output", &output.as_ref().map(|_| ".."))
-                .finish(),
-            LockError::Cancelled { name } => {
-                f.debug_struct("Cancelled").field("name", name).finish()
-            }
-            LockError::Lease(e) => f.debug_tuple("Lease").field(e).finish(),
+            LockError::Lease(e) => fmt::Debug::fmt(e, f),
+            other => fmt::Display::fmt(other, f),
         }
     }
 }
@@ -503,8 +488,41 @@ mod tests {
         let table = Arc::new(MemTable::new());
         let leases = Leases::from_arc(table.clone())
             .with_instance("me")
+            .unwrap()
             .with_fail_hook(|e| panic!("the fail hook was reached: {e}"));
         (table, leases)
+    }
+
+    /// What `Err(e.into())` out of a `main` returning `Box<dyn Error>`
+    /// prints: one line, no struct dump.
+    #[test]
+    fn debug_through_a_box_is_the_message_on_one_line() {
+        let lost: LockError<String> = LockError::Lost {
+            name: "lock:nightly-report".into(),
+            cause: LostCause::NotHolder,
+            output: Some("..".into()),
+        };
+        let boxed: Box<dyn std::error::Error> = lost.into();
+        assert_eq!(
+            format!("{boxed:?}"),
+            "lock \"lock:nightly-report\" was lost while its work ran (no longer this \
+             holder's): another replica may have run the same work"
+        );
+        let held: LockError<()> = LockError::Held {
+            name: "lock:x".into(),
+            by: None,
+        };
+        assert_eq!(format!("{held:?}"), held.to_string());
+        let db: LockError<()> = LockError::Lease(Error::Database {
+            op: crate::Op::Claim,
+            name: Some("lock:x".into()),
+            kind: crate::DbErrorKind::Connection,
+            source: "connection reset".into(),
+        });
+        assert_eq!(
+            format!("{db:?}"),
+            r#"claim of lease "lock:x" failed (connection failed): connection reset"#
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -735,7 +753,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_waiting_takes_the_lock_once_its_holder_gives_it_back() {
         let (table, leases) = setup();
-        let other = Leases::from_arc(table.clone()).with_instance("web-2");
+        let other = Leases::from_arc(table.clone())
+            .with_instance("web-2")
+            .unwrap();
         let theirs = other.claim("lock:report").await.unwrap().unwrap();
         let release = tokio::spawn(async move {
             sleep(Duration::from_secs(7)).await;
@@ -819,7 +839,9 @@ mod tests {
         let ran = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for i in 0..16 {
-            let leases = Leases::from_arc(table.clone()).with_instance(format!("r{i}"));
+            let leases = Leases::from_arc(table.clone())
+                .with_instance(format!("r{i}"))
+                .unwrap();
             let ran = ran.clone();
             tasks.push(tokio::spawn(async move {
                 leases
