@@ -21,7 +21,8 @@
 //!   `scale` binary only calls [`scale::main`]);
 //! - [`soak`]: the soak itself, contender and orchestrator (the `soak`
 //!   binary only calls [`soak::main`]);
-//! - [`url`]: which backend a URL names, and the same URL through a proxy.
+//! - [`url`]: which backend a URL names, and the same URL through a proxy;
+//! - [`wire`]: round trips counted on the wire, from what a client sends.
 
 pub mod bench;
 pub mod clock;
@@ -32,3 +33,4 @@ pub mod scale;
 pub mod soak;
 pub mod stats;
 pub mod url;
+pub mod wire;
