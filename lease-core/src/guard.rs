@@ -173,14 +173,19 @@ use crate::context::LeaseContext;
 use crate::error::{BoxError, DbErrorKind, Error, LostCause};
 use crate::state::EndCause;
 
+mod flow;
+
+pub use flow::{GuardDriver, drive};
+
 /// A boxed future that is `Send`: what the work of an async guarded
 /// transaction returns, so that it may borrow the transaction.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Why a guarded transaction did not commit, the same on every backend.
+/// Why a guarded transaction did not commit, or may not have, the same on
+/// every backend.
 ///
-/// In every case but [`Database`](GuardError::Database) during the commit
-/// itself, nothing of the transaction was committed.
+/// In every case but [`OutcomeUnknown`](GuardError::OutcomeUnknown),
+/// nothing of the transaction was committed.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum GuardError<E> {
@@ -201,15 +206,29 @@ pub enum GuardError<E> {
         cause: Option<EndCause>,
     },
 
-    /// The database did not answer or refused a statement of the guard: no
-    /// connection, or `BEGIN`, the verification, `COMMIT` or `ROLLBACK`
-    /// failed. A failed `COMMIT` leaves the outcome unknown.
+    /// The database did not answer or refused a statement of the guard
+    /// before `COMMIT` was sent (no connection; `BEGIN` or the verification
+    /// failed), or refused the `COMMIT` itself (its answer was an error:
+    /// nothing was committed). [`is_retryable`](GuardError::is_retryable)
+    /// says whether trying again may succeed.
     Database {
         /// The lease's name.
         name: String,
         /// The backend's classification of `source`.
         kind: DbErrorKind,
         /// What the driver or the pool reported.
+        source: BoxError,
+    },
+
+    /// `COMMIT` was sent and its answer never came: the connection failed,
+    /// or no answer came within the bound. The transaction may have
+    /// committed or not; the work may already be in the database. Not
+    /// retryable: a caller that does the work again may do it twice.
+    /// Check, by what the work wrote, before trying again.
+    OutcomeUnknown {
+        /// The lease's name.
+        name: String,
+        /// What the driver reported, or the bound that passed.
         source: BoxError,
     },
 
@@ -224,9 +243,18 @@ impl<E> GuardError<E> {
         matches!(self, GuardError::Lost(_))
     }
 
+    /// Whether `COMMIT` was sent and its answer lost: the transaction may
+    /// have committed ([`GuardError::OutcomeUnknown`]).
+    #[must_use]
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, GuardError::OutcomeUnknown { .. })
+    }
+
     /// Whether trying again later may succeed: the database did not answer
-    /// for a passing reason ([`DbErrorKind::is_retryable`]). A lost lease, an
-    /// ended context and the work's own error are not retryable here.
+    /// for a passing reason ([`DbErrorKind::is_retryable`]) before `COMMIT`
+    /// was sent, or refused the `COMMIT` for one (a serialization failure,
+    /// say). A lost lease, an ended context, the work's own error and an
+    /// [unknown outcome](GuardError::OutcomeUnknown) are not retryable.
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -259,6 +287,9 @@ impl<E> GuardError<E> {
             GuardError::Database { name, kind, source } => {
                 GuardError::Database { name, kind, source }
             }
+            GuardError::OutcomeUnknown { name, source } => {
+                GuardError::OutcomeUnknown { name, source }
+            }
             GuardError::Work(e) => GuardError::Work(f(e)),
         }
     }
@@ -279,6 +310,9 @@ impl<E> GuardError<E> {
             }
             GuardError::Database { name, kind, source } => {
                 Box::new(GuardError::<Infallible>::Database { name, kind, source })
+            }
+            GuardError::OutcomeUnknown { name, source } => {
+                Box::new(GuardError::<Infallible>::OutcomeUnknown { name, source })
             }
         }
     }
@@ -335,6 +369,11 @@ impl<E> fmt::Display for GuardError<E> {
             GuardError::Database { name, kind, .. } => {
                 write!(f, "guarded transaction under lease {name:?} failed: {kind}")
             }
+            GuardError::OutcomeUnknown { name, .. } => write!(
+                f,
+                "guarded transaction under lease {name:?}: COMMIT was sent and its answer lost; \
+                 it may or may not have committed"
+            ),
             GuardError::Work(_) => {
                 f.write_str("the work of a guarded transaction failed; rolled back")
             }
@@ -347,7 +386,9 @@ impl<E: StdError + 'static> StdError for GuardError<E> {
         match self {
             GuardError::Lost(e) => e.source(),
             GuardError::Ended { .. } => None,
-            GuardError::Database { source, .. } => Some(source.as_ref()),
+            GuardError::Database { source, .. } | GuardError::OutcomeUnknown { source, .. } => {
+                Some(source.as_ref())
+            }
             GuardError::Work(e) => Some(e),
         }
     }
