@@ -619,6 +619,79 @@ async fn behind_a_pooler_an_abandoned_statement_is_closed_not_cancelled() {
     teardown(&setup, &business).await;
 }
 
+/// Issue 23, item 11: the answer to a guarded transaction's `COMMIT` is lost
+/// (a proxy forwards the `COMMIT`, the server commits, the client never
+/// hears): the error says the outcome is unknown and is not retryable. The
+/// work is in the database: a caller that retried would have written it
+/// twice.
+#[tokio::test]
+async fn a_lost_answer_to_commit_is_an_unknown_outcome_not_a_retryable_error() {
+    let Some(url) = common::url() else { return };
+    let (setup, business) = setup(&url).await;
+    let upstream = lease_conformance::network::server_of(&url, 5432).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let trigger = armed.clone();
+    let proxy = lease_conformance::proxy::Proxy::start_intercepted(upstream, move || {
+        let trigger = trigger.clone();
+        move |bytes: &[u8]| {
+            let commit = bytes.windows(6).any(|w| w == b"COMMIT");
+            if commit && trigger.swap(false, Ordering::SeqCst) {
+                lease_conformance::proxy::Verdict::LoseTheAnswer
+            } else {
+                lease_conformance::proxy::Verdict::Forward
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let proxied = lease_conformance::network::url_via(&url, proxy.addr()).unwrap();
+    let store = PostgresStore::builder(&common::with_param(&proxied, "sslmode=disable"))
+        .unwrap()
+        .with_table(setup.table())
+        .with_pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let leases = Leases::new(setup.clone());
+    let h = leases.claim("committed").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let sql = insert(&business);
+    armed.store(true, Ordering::SeqCst);
+    let err = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"once", Type::TEXT)])
+                    .await
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(!armed.load(Ordering::SeqCst), "the COMMIT never went out");
+    assert!(
+        !err.is_retryable(),
+        "a lost answer to COMMIT must not read as retryable: {err:?}"
+    );
+    assert!(err.is_outcome_unknown(), "{err:?}");
+    assert_eq!(
+        notes(&setup, &business).await,
+        ["once"],
+        "the server committed the work whose answer was lost"
+    );
+    // The store serves the next transaction on a new connection.
+    let sql = insert(&business);
+    let _ = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"next", Type::TEXT)])
+                    .await
+            })
+        })
+        .await
+        .unwrap();
+    h.release().await.unwrap();
+    teardown(&setup, &business).await;
+}
+
 /// The fence holds for every kind of claim: an instant's claim and a second
 /// claim of a cut-short instant wait for a stale guarded transaction too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
