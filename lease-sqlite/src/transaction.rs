@@ -1,14 +1,28 @@
 //! [`SqliteStore::transaction`]: the guarded transaction, and the guard
 //! statement for other drivers.
+//!
+//! A guarded transaction is a session: one job in the connection's queue
+//! (see the `conn` module) that holds the connection from `BEGIN IMMEDIATE`
+//! to its end, and takes its steps from the async side as
+//! [`lease_core::guard::drive`] asks for them, through a channel of its
+//! own: the guard, the work, then `COMMIT` or `ROLLBACK`. An abandoned
+//! session (its caller gone) rolls back and ends; the statement it runs is
+//! interrupted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use lease_core::{Dialect, GuardError, GuardStatement, LeaseContext};
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use lease_core::guard::{self, GuardDriver};
+use lease_core::{
+    BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement, LeaseContext,
+};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use tokio::sync::oneshot;
 
 use crate::sql::{self, term_at};
-use crate::store::{Inner, SqliteStore};
+use crate::store::SqliteStore;
 
 impl SqliteStore {
     /// Runs `work` in a transaction guarded by the lease `ctx` runs under,
@@ -24,27 +38,30 @@ impl SqliteStore {
     ///
     /// The transaction ends with the lease context: when `ctx` is cancelled
     /// (the lease lost, the parent cancelled, the renewals stopped) before
-    /// the commit, the statement `work` is running is interrupted and the
-    /// transaction rolled back. `work` commits nothing itself: returning
-    /// `Ok` commits, `Err` rolls back. A panic in `work` rolls back and
-    /// resumes on the caller.
+    /// the commit, the statement `work` is running is interrupted, the
+    /// transaction rolled back, and the call returns at once. `work` commits
+    /// nothing itself: returning `Ok` commits, `Err` rolls back. A panic in
+    /// `work` rolls back and resumes on the caller.
     ///
     /// This is the contract of [`lease_core::guard`], which every backend
     /// keeps: the same method, the same error type, the same rollback rules,
-    /// the term compared with the handle's. Only the closure differs: it is
-    /// synchronous, and runs on tokio's blocking pool, on the thread that
-    /// holds the store's connection. rusqlite is a blocking driver: its
-    /// `Transaction` borrows a `Connection` that is not `Sync`, so an async
-    /// closure would hold the connection across `.await`s on a runtime
-    /// thread, blocking it on every statement. The context ending
-    /// interrupts the statement the work is running instead of dropping a
-    /// future.
+    /// the term compared with the handle's (the flow is
+    /// [`lease_core::guard::drive`], as on every backend). Only the closure
+    /// differs: it is synchronous, and runs on the store's connection
+    /// thread. rusqlite is a blocking driver: its `Transaction` borrows a
+    /// `Connection` that is not `Sync`, so an async closure would hold the
+    /// connection across `.await`s on a runtime thread, blocking it on every
+    /// statement. The context ending interrupts the statement the work is
+    /// running instead of dropping a future.
     ///
-    /// The store has one connection: the holder's own renewals wait for the
-    /// transaction to end. Keep each guarded transaction shorter than half
-    /// the local deadline (5 s with the default timings), the bound on each
-    /// renewal attempt; one longer than the local deadline always costs the
-    /// lease. See the crate documentation.
+    /// The store has one connection, and every use of it waits its turn in
+    /// one queue: the holder's own renewals wait for the transaction to end,
+    /// and a renewal that falls due during it runs before the next
+    /// transaction the work asks for. Keep each guarded transaction shorter
+    /// than half the local deadline (5 s with the default timings), the
+    /// bound on each renewal attempt: then transactions back to back cannot
+    /// cost the lease. One longer than the local deadline always does. See
+    /// the crate documentation.
     ///
     /// ```
     /// use lease_core::Leases;
@@ -83,8 +100,11 @@ impl SqliteStore {
     /// `ctx` ends otherwise before the commit (or had ended already);
     /// [`GuardError::Database`] (its source the `rusqlite::Error`) when a
     /// statement of the guard fails (another connection holding the write
-    /// lock past the busy timeout, for one); [`GuardError::Work`] with what
-    /// `work` returned.
+    /// lock past the busy timeout, for one), `COMMIT` included: SQLite is
+    /// in the process, so its answer is never lost, and a failed `COMMIT`
+    /// committed nothing; [`GuardError::OutcomeUnknown`] only when the
+    /// `COMMIT` did not end within the statement timeout;
+    /// [`GuardError::Work`] with what `work` returned.
     ///
     /// # Cancel safety
     ///
@@ -102,49 +122,19 @@ impl SqliteStore {
         T: Send + 'static,
         E: Send + 'static,
     {
-        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
-    }
-
-    async fn guarded_transaction<T, E, F>(
-        &self,
-        ctx: &LeaseContext,
-        work: F,
-    ) -> Result<T, GuardError<E>>
-    where
-        F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let control = Arc::new(TxControl {
-            running: Mutex::new(false),
-            stop: AtomicBool::new(false),
-        });
-        let _stop_on_drop = StopOnDrop {
-            control: Arc::clone(&control),
-            inner: Arc::clone(&self.inner),
+        let driver = Driver {
+            store: self,
+            bound: ctx.handle().leases().timings().statement_timeout(),
         };
-        let inner = Arc::clone(&self.inner);
-        let task = {
-            let (ctx, control) = (ctx.clone(), Arc::clone(&control));
-            tokio::task::spawn_blocking(move || guarded(&inner, &ctx, &control, work))
-        };
-        tokio::pin!(task);
-        let joined = tokio::select! {
-            biased;
-            joined = &mut task => joined,
-            () = ctx.cancelled() => {
-                control.stop(&self.inner);
-                task.await
-            }
-        };
-        match joined {
-            Ok(result) => result,
-            Err(join) => match join.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // Cancelled: the runtime shut down before the task started,
-                // so nothing ran.
-                Err(_) => Err(GuardError::ended(ctx)),
-            },
+        match guard::drive(ctx, &driver, move |tx| on_session(tx, work)).await {
+            Ok(value) => Ok(value),
+            Err(GuardError::Work(Step::Work(e))) => Err(GuardError::Work(e)),
+            Err(GuardError::Work(Step::Gone(e))) => Err(GuardError::database(
+                ctx.handle().name(),
+                DbErrorKind::Other,
+                e,
+            )),
+            Err(e) => Err(e.map_work(|_| unreachable_work())),
         }
     }
 
@@ -169,26 +159,51 @@ impl SqliteStore {
     }
 }
 
-/// How the async side of a guarded transaction stops its blocking side.
-struct TxControl {
-    /// Whether the blocking side holds the connection: only then may the
-    /// connection be interrupted, or the interrupt would hit the next call.
+/// What the async side of a guarded transaction asks of its session.
+enum Command {
+    /// `BEGIN IMMEDIATE` and the verification: the term of the row found.
+    Open {
+        name: String,
+        token: String,
+        reply: oneshot::Sender<rusqlite::Result<Option<u64>>>,
+    },
+    /// The work, on the open transaction; it sends its own answer.
+    Work(Box<dyn FnOnce(&Transaction<'_>) + Send>),
+    /// `COMMIT`, and the session ends.
+    Commit(oneshot::Sender<rusqlite::Result<()>>),
+    /// `ROLLBACK`, and the session ends.
+    Rollback(oneshot::Sender<rusqlite::Result<()>>),
+}
+
+/// The async side's handle on a session queued for the connection.
+struct Session {
+    commands: Sender<Command>,
+    control: Arc<Control>,
+}
+
+/// The open transaction of a session, as the flow hands it to the work.
+struct Tx<'c>(&'c Session);
+
+/// How the async side of a guarded transaction stops its session.
+struct Control {
+    /// Whether the session holds the connection: only then may the
+    /// connection be interrupted, or the interrupt would hit the next job.
     running: Mutex<bool>,
-    /// The context ended, or the future was dropped: do not commit.
+    /// The session was abandoned: run nothing more, roll back.
     stop: AtomicBool,
 }
 
-impl TxControl {
-    fn stop(&self, inner: &Inner) {
+impl Control {
+    fn stop(&self, store: &SqliteStore) {
         self.stop.store(true, Ordering::SeqCst);
         let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if *running {
-            inner.interrupt.interrupt();
+            store.inner.interrupt.interrupt();
         }
     }
 
-    fn stopped(&self, ctx: &LeaseContext) -> bool {
-        self.stop.load(Ordering::SeqCst) || ctx.is_cancelled()
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
     }
 
     fn set_running(&self, running: bool) {
@@ -196,8 +211,8 @@ impl TxControl {
     }
 }
 
-/// Marks the blocking side no longer running when dropped, panics included.
-struct Running<'a>(&'a TxControl);
+/// Marks the session no longer running when dropped, panics included.
+struct Running<'a>(&'a Control);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
@@ -205,71 +220,199 @@ impl Drop for Running<'_> {
     }
 }
 
-/// Stops a guarded transaction whose future is dropped (or has returned,
-/// when there is nothing left to stop).
-struct StopOnDrop {
-    control: Arc<TxControl>,
-    inner: Arc<Inner>,
+/// What went wrong with a step of a session.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    /// SQLite refused the statement.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// The session ended before it answered: the connection thread stopped.
+    #[error("the SQLite store's connection thread ended the guarded transaction")]
+    Gone,
 }
 
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.control.stop(&self.inner);
-    }
+/// The work's own error, or the session gone under it.
+enum Step<E> {
+    Work(E),
+    Gone(SessionError),
 }
 
-/// The blocking side of [`SqliteStore::transaction`].
-fn guarded<T, E, F>(
-    inner: &Inner,
-    ctx: &LeaseContext,
-    control: &TxControl,
-    work: F,
-) -> Result<T, GuardError<E>>
+/// A work that returned neither: [`SqliteStore::transaction`] maps every
+/// `GuardError::Work` itself, so [`GuardError::map_work`] never calls this.
+fn unreachable_work<E>() -> E {
+    unreachable!("GuardError::Work is mapped before map_work")
+}
+
+/// The synchronous `work` as the flow's asynchronous one: sent to the
+/// session, its answer awaited.
+fn on_session<'a, T, E, F>(tx: &'a mut Tx<'_>, work: F) -> BoxFuture<'a, Result<T, Step<E>>>
 where
-    F: FnOnce(&Transaction<'_>) -> Result<T, E>,
+    F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
 {
-    let name = ctx.handle().name();
-    let ended = || GuardError::ended(ctx);
-    let db = |e: rusqlite::Error| {
-        let kind = crate::error::classify(&e);
-        GuardError::database(name, kind, e)
-    };
-    let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+    Box::pin(tx.work(work))
+}
+
+impl Tx<'_> {
+    /// Runs `work` on the session's transaction, on the connection thread,
+    /// and resumes its panic here.
+    async fn work<T, E, F>(&mut self, work: F) -> Result<T, Step<E>>
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Box::new(move |tx: &Transaction<'_>| {
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)));
+            let _ = reply.send(done);
+        });
+        if self.0.commands.send(Command::Work(job)).is_err() {
+            return Err(Step::Gone(SessionError::Gone));
+        }
+        match answer.await {
+            Ok(Ok(done)) => done.map_err(Step::Work),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => Err(Step::Gone(SessionError::Gone)),
+        }
+    }
+}
+
+impl Session {
+    /// Sends `command` and waits for its answer.
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<rusqlite::Result<T>>) -> Command,
+    ) -> Result<T, SessionError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .map_err(|_| SessionError::Gone)?;
+        Ok(answer.await.map_err(|_| SessionError::Gone)??)
+    }
+}
+
+/// [`SqliteStore::transaction`]'s mechanics, for [`guard::drive`].
+struct Driver<'s> {
+    store: &'s SqliteStore,
+    /// The bound on `COMMIT` and `ROLLBACK`: the statement timeout.
+    bound: Duration,
+}
+
+impl GuardDriver for Driver<'_> {
+    type Conn = Session;
+    type Tx<'c> = Tx<'c>;
+    type Error = SessionError;
+
+    /// Queues the session for the connection: it starts once the jobs
+    /// queued before it have run, and waits for its first command.
+    async fn connect(&self) -> Result<Session, SessionError> {
+        let (commands, received) = std::sync::mpsc::channel();
+        let control = Arc::new(Control {
+            running: Mutex::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let inner = Arc::clone(&self.store.inner);
+        let on_thread = Arc::clone(&control);
+        self.store
+            .queue(Box::new(move |conn| {
+                session(conn, &inner.sql.verify, &received, &on_thread);
+            }))
+            .map_err(|_| SessionError::Gone)?;
+        Ok(Session { commands, control })
+    }
+
+    async fn open<'c>(
+        &self,
+        conn: &'c mut Session,
+        params: GuardParams<'_>,
+    ) -> Result<(Tx<'c>, Option<u64>), SessionError> {
+        let (name, token) = (params.name.to_owned(), params.token.expose().to_owned());
+        let term = conn
+            .ask(|reply| Command::Open { name, token, reply })
+            .await?;
+        Ok((Tx(conn), term))
+    }
+
+    async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), SessionError> {
+        tx.0.ask(Command::Commit).await
+    }
+
+    async fn rollback<'c>(&self, tx: Self::Tx<'c>) -> Result<(), SessionError> {
+        tx.0.ask(Command::Rollback).await
+    }
+
+    /// Interrupts the statement the session runs, if any, and ends it: the
+    /// session rolls back at its next step, or as soon as the work returns.
+    fn abandon(&self, conn: Session) {
+        conn.control.stop(self.store);
+    }
+
+    fn bound(&self) -> Duration {
+        self.bound
+    }
+
+    fn classify(&self, error: &SessionError) -> DbErrorKind {
+        match error {
+            SessionError::Sqlite(e) => crate::error::classify(e),
+            SessionError::Gone => DbErrorKind::Other,
+        }
+    }
+
+    /// SQLite runs in the process: every answer of its own is heard.
+    fn refused(&self, error: &SessionError) -> bool {
+        matches!(error, SessionError::Sqlite(_))
+    }
+}
+
+/// A guarded transaction's session, on the connection thread: waits for
+/// its steps and runs them, until `COMMIT` or `ROLLBACK`, or until its
+/// caller is gone (the transaction then rolls back as it is dropped).
+fn session(conn: &mut Connection, verify: &str, commands: &Receiver<Command>, control: &Control) {
     control.set_running(true);
-    // Declared after `conn`, so dropped before it: not running any more
-    // once the connection is free for the next call.
+    // Declared first, so dropped last: not running any more once the
+    // transaction has rolled back and the connection is free for the next
+    // job.
     let _running = Running(control);
-    if control.stopped(ctx) {
-        return Err(ended());
+    if control.stopped() {
+        return;
     }
-    if !conn.is_autocommit() {
-        conn.execute_batch("ROLLBACK").map_err(db)?;
+    let Ok(Command::Open { name, token, reply }) = commands.recv() else {
+        return;
+    };
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let _ = reply.send(Err(e));
+            return;
+        }
+    };
+    let term = tx
+        .query_row(verify, params![name, token], |row| term_at(row, 0))
+        .optional();
+    let verified = term.is_ok();
+    let _ = reply.send(term);
+    if !verified {
+        return;
     }
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(db)?;
-    let term: Option<u64> = tx
-        .query_row(
-            &inner.sql.verify,
-            params![name, ctx.handle().token().expose()],
-            |row| term_at(row, 0),
-        )
-        .optional()
-        .map_err(db)?;
-    if term != Some(ctx.term()) {
-        tracing::debug!(
-            name,
-            term = ctx.term(),
-            "guarded transaction refused: lease lost"
-        );
-        return Err(GuardError::not_holder(name));
+    while let Ok(command) = commands.recv() {
+        match command {
+            Command::Work(work) => {
+                if control.stopped() {
+                    return;
+                }
+                work(&tx);
+            }
+            Command::Commit(reply) => {
+                let _ = reply.send(tx.commit());
+                return;
+            }
+            Command::Rollback(reply) => {
+                let _ = reply.send(tx.rollback());
+                return;
+            }
+            Command::Open { .. } => return,
+        }
     }
-    let value = work(&tx);
-    if control.stopped(ctx) {
-        tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction rolled back: context ended");
-        return Err(ended());
-    }
-    let value = value.map_err(GuardError::Work)?;
-    tx.commit().map_err(db)?;
-    Ok(value)
 }
