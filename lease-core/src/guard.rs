@@ -175,7 +175,7 @@ use crate::state::EndCause;
 
 mod flow;
 
-pub use flow::{GuardDriver, drive};
+pub use flow::{GuardDriver, check_found, drive};
 
 /// A boxed future that is `Send`: what the work of an async guarded
 /// transaction returns, so that it may borrow the transaction.

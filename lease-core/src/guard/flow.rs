@@ -18,6 +18,7 @@ use crate::context::LeaseContext;
 use crate::error::{BoxError, Chain, DbErrorKind};
 use crate::guard::{BoxFuture, GuardError};
 use crate::guard_statement::GuardParams;
+use crate::handle::Handle;
 
 /// A backend's mechanics for a guarded transaction, run by [`drive`]. For
 /// backends: `lease-postgres`, `lease-mysql`, `lease-sqlite` and
@@ -330,9 +331,8 @@ where
         }
         Some(Ok(opened)) => opened,
     };
-    if found != Some(term) {
-        tracing::debug!(name = ?name, term, found, "guarded transaction refused: the lease is no longer this holder's");
-        return rolled_back(driver, tx, GuardError::not_holder(name)).await;
+    if let Err(refused) = check_found(handle, found) {
+        return rolled_back(driver, tx, refused).await;
     }
     let done = {
         let run = work(&mut tx);
@@ -375,6 +375,36 @@ where
             format!("COMMIT got no answer within {bound:?}").into(),
         )),
     }
+}
+
+/// The term check of the guard: `Ok` when the guard found the lease row of
+/// `handle` at its term (`found`, the term the guard's row holds; `None`,
+/// no row), [`GuardError::Lost`] with [`LostCause::NotHolder`](crate::LostCause::NotHolder)
+/// otherwise. [`drive`] runs it on what [`GuardDriver::open`] found; a
+/// driver integration that runs the guard in a transaction of the caller's
+/// (`lease_sqlx::guard`) runs it too.
+///
+/// ```
+/// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+/// use lease_core::guard::check_found;
+///
+/// let handle = leases.claim("job").await?.expect("free");
+/// assert!(check_found::<()>(&handle, Some(handle.term())).is_ok());
+/// assert!(check_found::<()>(&handle, Some(handle.term() + 1)).unwrap_err().is_lost());
+/// assert!(check_found::<()>(&handle, None).unwrap_err().is_lost());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As above.
+pub fn check_found<E>(handle: &Handle, found: Option<u64>) -> Result<(), GuardError<E>> {
+    let (name, term) = (handle.name(), handle.term());
+    if found == Some(term) {
+        return Ok(());
+    }
+    tracing::debug!(name = ?name, term, found, "guarded transaction refused: the lease is no longer this holder's");
+    Err(GuardError::not_holder(name))
 }
 
 /// Rolls `tx` back, within the driver's bound, and ends with `error`: the
