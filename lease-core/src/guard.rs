@@ -32,13 +32,25 @@
 //!    cancelled, the renewals stopped), the work is stopped (dropped at its
 //!    next `.await`, or its SQLite statement interrupted), the transaction
 //!    rolled back, and the call returns [`GuardError::Lost`] or
-//!    [`GuardError::Ended`].
-//! 5. A statement of the guard itself that fails (connection, `BEGIN`, the
-//!    verification, `COMMIT`) is [`GuardError::Database`]; a failed
-//!    `COMMIT` leaves the outcome unknown, as with any database.
+//!    [`GuardError::Ended`] at once. A work that panics, or a call dropped
+//!    before the commit, rolls back the same way: the connection is taken
+//!    out of use, never handed to the next transaction.
+//! 5. A statement of the guard itself that fails before `COMMIT` is sent
+//!    (connection, `BEGIN`, the verification), or a `COMMIT` the database
+//!    refuses, is [`GuardError::Database`]: nothing was committed.
+//! 6. `COMMIT` sent and no answer (the connection failed, or the commit's
+//!    bound passed): [`GuardError::OutcomeUnknown`]. The transaction may have
+//!    committed: it is not retryable, and a caller that does the work again
+//!    may do it twice.
 //!
 //! Each guarded transaction is counted in the `lease_guarded_transactions_total`
-//! metric ([`crate::metrics`]).
+//! metric ([`crate::metrics`]), by `outcome`: `committed`, `failed`, or
+//! `unknown`.
+//!
+//! The flow is written once, [`drive`]: each backend gives it a
+//! [`GuardDriver`] (how to take a connection, open the transaction and run
+//! the guard, commit, roll back, and abandon a connection) and keeps
+//! nothing else of it.
 //!
 //! # Locks per backend
 //!
@@ -50,17 +62,21 @@
 //! | any of the three through sqlx (`lease-sqlx`) or another driver | the same guard statement ([`GuardStatement`](crate::GuardStatement)), so the same lock; on SQLite the statement is a write (`UPDATE ... SET term = term`), which takes the file's write lock even after a deferred `BEGIN` | the same: **waits** | the same as the native row above |
 //!
 //! Where the drivers differ is only what happens to a statement still
-//! running when the lease context ends: `lease-postgres` sends a cancel
-//! request and closes the connection, `lease-mysql` kills the connection
-//! (`KILL CONNECTION`) when the rollback does not go through at once,
-//! `lease-sqlite` interrupts it; sqlx has no cancel request, so
-//! `lease-sqlx` drops the transaction (its `ROLLBACK` runs as soon as the
-//! statement ends). In every case nothing commits; the lock lasts until
-//! the server has let go of the statement. Behind PgBouncer in transaction
-//! pooling mode the cancel request goes through PgBouncer, which 1.18 (the
-//! version in Debian 12) may crash on when the requesting socket closes
-//! first; `lease-postgres`'s guard tests run through PgBouncer in CI
-//! without that case.
+//! running when the lease context ends ([`GuardDriver::abandon`]):
+//! `lease-postgres` sends a cancel request and closes the connection,
+//! `lease-mysql` kills the connection (`KILL CONNECTION`, from another
+//! connection of its pool), `lease-sqlite` interrupts it; sqlx has no
+//! cancel request, so `lease-sqlx` drops the transaction (its `ROLLBACK`
+//! runs as soon as the statement ends). In every case nothing commits; the
+//! lock lasts until the server has let go of the statement. Behind a
+//! pooler (`statement_mode=unnamed`) `lease-postgres` sends no cancel
+//! request, which PgBouncer 1.18 (the version in Debian 12) may crash on:
+//! it closes the connection, the pooler closes its server connection, and
+//! the server stops the statement within 500 ms
+//! (`client_connection_check_interval`, which the guard sets for its
+//! transaction on PostgreSQL 14 and later; an older server runs the
+//! statement to its end). `lease-postgres`'s guard tests run through
+//! PgBouncer in CI, that case included.
 //!
 //! # What fencing covers, and what it does not
 //!

@@ -25,6 +25,10 @@ use crate::handle::Handle;
 /// `lease-sqlx` implement it on a type of their own and call [`drive`] from
 /// their `transaction` methods.
 ///
+/// In an impl, write the transaction of `commit` and `rollback` as
+/// `Self::Tx<'c>`, as the trait does: a lifetime that only a projection
+/// names is early-bound, and the impl's must be too.
+///
 /// Every future a driver returns may be dropped before it completes
 /// ([`drive`] races the connection, the opening and the work with the lease
 /// context, and bounds the commit): dropping it must leave the connection
@@ -58,11 +62,11 @@ use crate::handle::Handle;
 ///     ) -> Result<(Vec<String>, Option<u64>), std::io::Error> {
 ///         Ok((Vec::new(), u64::try_from(params.term).ok()))
 ///     }
-///     async fn commit<'c>(&self, tx: Vec<String>) -> Result<(), std::io::Error> {
+///     async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), std::io::Error> {
 ///         println!("committed {tx:?}");
 ///         Ok(())
 ///     }
-///     async fn rollback<'c>(&self, _tx: Vec<String>) -> Result<(), std::io::Error> {
+///     async fn rollback<'c>(&self, _tx: Self::Tx<'c>) -> Result<(), std::io::Error> {
 ///         Ok(())
 ///     }
 ///     fn abandon(&self, _conn: ()) {}
@@ -77,7 +81,7 @@ use crate::handle::Handle;
 ///     }
 /// }
 ///
-/// # async fn example(leases: Leases) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn example(leases: Leases) -> Result<(), lease_core::BoxError> {
 /// let handle = leases.claim("job").await?.expect("free");
 /// let ctx = LeaseContext::new(handle, CancellationToken::new());
 /// let n = drive(&ctx, &Pretend, |tx: &mut Vec<String>| {
