@@ -94,11 +94,7 @@ impl MySqlStore {
         T: Send,
         E: Send,
     {
-        let driver = Driver {
-            store: self,
-            bound: ctx.handle().leases().timings().statement_timeout(),
-        };
-        guard::drive(ctx, &driver, work).await
+        guard::drive(ctx, &Driver(self), work).await
     }
 
     /// The guard statement, for running the fence by hand in a transaction
@@ -122,11 +118,7 @@ impl MySqlStore {
 }
 
 /// [`MySqlStore::transaction`]'s mechanics, for [`guard::drive`].
-struct Driver<'s> {
-    store: &'s MySqlStore,
-    /// The bound on `COMMIT` and `ROLLBACK`: the statement timeout.
-    bound: Duration,
-}
+struct Driver<'s>(&'s MySqlStore);
 
 impl GuardDriver for Driver<'_> {
     type Conn = Conn;
@@ -134,7 +126,7 @@ impl GuardDriver for Driver<'_> {
     type Error = mysql_async::Error;
 
     async fn connect(&self) -> Result<Conn, mysql_async::Error> {
-        let mut conn = self.store.inner.pool.get_conn().await?;
+        let mut conn = self.0.inner.pool.get_conn().await?;
         // The work may change the session: until the session setup has been
         // run again after it, the connection is reset as it returns to the
         // pool (which also empties its statement cache and runs the pool's
@@ -149,7 +141,7 @@ impl GuardDriver for Driver<'_> {
         conn: &'c mut Conn,
         params: GuardParams<'_>,
     ) -> Result<(Transaction<'c>, Option<u64>), mysql_async::Error> {
-        let verify = self.store.inner.sql.verify_locked.as_str();
+        let verify = self.0.inner.sql.verify_locked.as_str();
         let mut tx = conn.start_transaction(TxOpts::default()).await?;
         let term: Option<u64> = tx
             .exec_first(
@@ -172,7 +164,7 @@ impl GuardDriver for Driver<'_> {
     /// changed, keeping the prepared statements; a failure leaves the reset
     /// to the pool.
     async fn committed(&self, conn: &mut Conn) {
-        if let Some(setup) = &self.store.inner.setup {
+        if let Some(setup) = &self.0.inner.setup {
             if conn.query_drop(setup.as_str()).await.is_ok() {
                 conn.reset_connection(false);
             }
@@ -188,7 +180,7 @@ impl GuardDriver for Driver<'_> {
     fn abandon(&self, conn: Conn) {
         let id = conn.id();
         drop(conn);
-        let pool = self.store.inner.pool.clone();
+        let pool = self.0.inner.pool.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -205,10 +197,6 @@ impl GuardDriver for Driver<'_> {
                 tracing::debug!(id, error = %err, "killing a guarded transaction's connection failed");
             }
         }));
-    }
-
-    fn bound(&self) -> Duration {
-        self.bound
     }
 
     fn classify(&self, error: &mysql_async::Error) -> DbErrorKind {

@@ -186,8 +186,10 @@ impl GuardDriver for Driver<'_> {
 
     async fn connect(&self) -> Result<Conn, BoxError> {
         let client = self.store.inner.pool.get().await?;
-        let cancel = client.cancel_token();
-        Ok(Conn { client, cancel })
+        Ok(Conn {
+            cancel: client.cancel_token(),
+            client,
+        })
     }
 
     /// `BEGIN`, then the verification under `FOR KEY SHARE`.
@@ -275,8 +277,9 @@ impl GuardDriver for Driver<'_> {
         }));
     }
 
-    fn bound(&self) -> Duration {
-        self.store.inner.commit_bound
+    /// The store's own: its statement timeout.
+    fn bound(&self) -> Option<Duration> {
+        Some(self.store.inner.commit_bound)
     }
 
     fn classify(&self, error: &BoxError) -> DbErrorKind {

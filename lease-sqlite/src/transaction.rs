@@ -12,7 +12,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use lease_core::guard::{self, GuardDriver};
 use lease_core::{
@@ -122,11 +121,7 @@ impl SqliteStore {
         T: Send + 'static,
         E: Send + 'static,
     {
-        let driver = Driver {
-            store: self,
-            bound: ctx.handle().leases().timings().statement_timeout(),
-        };
-        match guard::drive(ctx, &driver, move |tx| on_session(tx, work)).await {
+        match guard::drive(ctx, &Driver(self), move |tx| on_session(tx, work)).await {
             Ok(value) => Ok(value),
             Err(GuardError::Work(Step::Work(e))) => Err(GuardError::Work(e)),
             Err(GuardError::Work(Step::Gone(e))) => Err(GuardError::database(
@@ -294,11 +289,7 @@ impl Session {
 }
 
 /// [`SqliteStore::transaction`]'s mechanics, for [`guard::drive`].
-struct Driver<'s> {
-    store: &'s SqliteStore,
-    /// The bound on `COMMIT` and `ROLLBACK`: the statement timeout.
-    bound: Duration,
-}
+struct Driver<'s>(&'s SqliteStore);
 
 impl GuardDriver for Driver<'_> {
     type Conn = Session;
@@ -313,9 +304,9 @@ impl GuardDriver for Driver<'_> {
             running: Mutex::new(false),
             stop: AtomicBool::new(false),
         });
-        let inner = Arc::clone(&self.store.inner);
+        let inner = Arc::clone(&self.0.inner);
         let on_thread = Arc::clone(&control);
-        self.store
+        self.0
             .queue(Box::new(move |conn| {
                 session(conn, &inner.sql.verify, &received, &on_thread);
             }))
@@ -346,11 +337,7 @@ impl GuardDriver for Driver<'_> {
     /// Interrupts the statement the session runs, if any, and ends it: the
     /// session rolls back at its next step, or as soon as the work returns.
     fn abandon(&self, conn: Session) {
-        conn.control.stop(self.store);
-    }
-
-    fn bound(&self) -> Duration {
-        self.bound
+        conn.control.stop(self.0);
     }
 
     fn classify(&self, error: &SessionError) -> DbErrorKind {

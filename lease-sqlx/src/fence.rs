@@ -3,7 +3,6 @@
 
 use std::convert::Infallible;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
 use lease_core::guard::{self, GuardDriver};
 use lease_core::{
@@ -141,7 +140,10 @@ where
     T: Send,
     E: Send,
 {
-    let driver = Driver::new(ctx, Source::Pool(pool));
+    let driver = Driver {
+        handle: ctx.handle(),
+        source: Source::Pool(pool),
+    };
     guard::drive(ctx, &driver, work).await
 }
 
@@ -168,7 +170,10 @@ where
     T: Send,
     E: Send,
 {
-    let driver = Driver::new(ctx, Source::Begun(Mutex::new(Some(tx))));
+    let driver = Driver {
+        handle: ctx.handle(),
+        source: Source::Begun(Mutex::new(Some(tx))),
+    };
     guard::drive(ctx, &driver, work).await
 }
 
@@ -186,19 +191,6 @@ enum Source<'p, 't, DB: FenceDatabase> {
 struct Driver<'h, 'p, 't, DB: FenceDatabase> {
     handle: &'h Handle,
     source: Source<'p, 't, DB>,
-    /// The bound on `COMMIT` and `ROLLBACK`: the lease's statement timeout.
-    bound: Duration,
-}
-
-impl<'h, 'p, 't, DB: FenceDatabase> Driver<'h, 'p, 't, DB> {
-    fn new(ctx: &'h LeaseContext, source: Source<'p, 't, DB>) -> Self {
-        let handle = ctx.handle();
-        Driver {
-            handle,
-            source,
-            bound: handle.leases().timings().statement_timeout(),
-        }
-    }
 }
 
 /// The transaction of a [`Driver`], until the guard runs in it, and the
@@ -251,10 +243,6 @@ impl<'t, DB: FenceDatabase> GuardDriver for Driver<'_, '_, 't, DB> {
     /// work, which queued its `ROLLBACK`.
     fn abandon(&self, conn: Self::Conn) {
         drop(conn);
-    }
-
-    fn bound(&self) -> Duration {
-        self.bound
     }
 
     fn classify(&self, error: &BoxError) -> DbErrorKind {

@@ -40,8 +40,6 @@ use crate::handle::Handle;
 /// term it is asked about:
 ///
 /// ```
-/// use std::time::Duration;
-///
 /// use lease_core::guard::{GuardDriver, drive};
 /// use lease_core::{CancellationToken, DbErrorKind, GuardParams, LeaseContext, Leases};
 ///
@@ -70,9 +68,6 @@ use crate::handle::Handle;
 ///         Ok(())
 ///     }
 ///     fn abandon(&self, _conn: ()) {}
-///     fn bound(&self) -> Duration {
-///         Duration::from_secs(5)
-///     }
 ///     fn classify(&self, _error: &std::io::Error) -> DbErrorKind {
 ///         DbErrorKind::Connection
 ///     }
@@ -151,9 +146,13 @@ pub trait GuardDriver: Sync {
     /// transaction as it is. Called from `Drop` too: it must not block.
     fn abandon(&self, conn: Self::Conn);
 
-    /// How long a `COMMIT` or a `ROLLBACK` may take: past it, a commit's
-    /// outcome is unknown, and either abandons the connection.
-    fn bound(&self) -> Duration;
+    /// How long a `COMMIT` or a `ROLLBACK` may take, when the driver has a
+    /// bound of its own: past it, a commit's outcome is unknown, and either
+    /// abandons the connection. `None`, unless the driver says otherwise:
+    /// the lease's [statement timeout](crate::Timings::statement_timeout).
+    fn bound(&self) -> Option<Duration> {
+        None
+    }
 
     /// What kind of failure `error` is.
     fn classify(&self, error: &Self::Error) -> DbErrorKind;
@@ -336,7 +335,7 @@ where
         Some(Ok(opened)) => opened,
     };
     if let Err(refused) = check_found(handle, found) {
-        return rolled_back(driver, tx, refused).await;
+        return rolled_back(ctx, driver, tx, refused).await;
     }
     let done = {
         let run = work(&mut tx);
@@ -353,16 +352,16 @@ where
         }
         Some(Err(e)) => {
             tracing::debug!(name = ?name, term, "guarded transaction rolled back: the work failed");
-            return rolled_back(driver, tx, GuardError::Work(e)).await;
+            return rolled_back(ctx, driver, tx, GuardError::Work(e)).await;
         }
         // The context ended as the work returned: too late to commit.
         Some(Ok(_)) if ctx.is_cancelled() => {
             tracing::debug!(name = ?name, term, cause = ?ctx.cause(), "guarded transaction rolled back: the lease context ended");
-            return rolled_back(driver, tx, GuardError::ended(ctx)).await;
+            return rolled_back(ctx, driver, tx, GuardError::ended(ctx)).await;
         }
         Some(Ok(value)) => value,
     };
-    let bound = driver.bound();
+    let bound = bound(ctx, driver);
     match tokio::time::timeout(bound, driver.commit(tx)).await {
         Ok(Ok(())) => Ended::Committed(value),
         Ok(Err(e)) if driver.refused(&e) => {
@@ -414,11 +413,12 @@ pub fn check_found<E>(handle: &Handle, found: Option<u64>) -> Result<(), GuardEr
 /// Rolls `tx` back, within the driver's bound, and ends with `error`: the
 /// connection settled if the rollback went through, abandoned if not.
 async fn rolled_back<D: GuardDriver, T, E>(
+    ctx: &LeaseContext,
     driver: &D,
     tx: D::Tx<'_>,
     error: GuardError<E>,
 ) -> Ended<T, E> {
-    match tokio::time::timeout(driver.bound(), driver.rollback(tx)).await {
+    match tokio::time::timeout(bound(ctx, driver), driver.rollback(tx)).await {
         Ok(Ok(())) => Ended::Settled(Err(error)),
         Ok(Err(e)) => {
             let e: BoxError = e.into();
@@ -427,6 +427,14 @@ async fn rolled_back<D: GuardDriver, T, E>(
         }
         Err(_) => Ended::Unsettled(error),
     }
+}
+
+/// The bound on `COMMIT` and `ROLLBACK`: the driver's, or the lease's
+/// statement timeout.
+fn bound<D: GuardDriver>(ctx: &LeaseContext, driver: &D) -> Duration {
+    driver
+        .bound()
+        .unwrap_or_else(|| ctx.handle().leases().timings().statement_timeout())
 }
 
 fn database<D: GuardDriver, E>(driver: &D, name: &str, error: D::Error) -> GuardError<E> {

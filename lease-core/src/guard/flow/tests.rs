@@ -147,10 +147,6 @@ impl GuardDriver for Scripted {
         self.note("abandon");
     }
 
-    fn bound(&self) -> Duration {
-        Duration::from_secs(5)
-    }
-
     fn classify(&self, error: &Failure) -> DbErrorKind {
         if error.refused {
             DbErrorKind::Other
