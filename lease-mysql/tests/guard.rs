@@ -520,7 +520,7 @@ async fn a_lost_answer_to_commit_is_an_unknown_outcome_not_a_retryable_error() {
     use lease_conformance::proxy::{Proxy, Verdict};
 
     let Some(url) = common::url() else { return };
-    let table = "lm_guard_lost_commit";
+    let table = &common::unique("guard_lost_commit");
     let store = setup(&url, table).await;
     let armed = Arc::new(AtomicBool::new(false));
     let trigger = armed.clone();
