@@ -34,21 +34,49 @@ pub(crate) struct Privileges {
     pub(crate) conclusive: bool,
 }
 
-/// Opens the store a URL names, as [`dblease::connect`] does, keeping the
-/// backend store.
-pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
-    let backend = match dblease::connect_backend(url).await? {
+/// What a command does with the database, so how it opens it: SQLite is
+/// opened read-only for the commands that only look, and no command but
+/// `migrate` creates a database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Reads only (`ls`, `show`, `watch`, `check`).
+    Read,
+    /// Writes an existing database (`release`).
+    Write,
+    /// Creates what is missing (`migrate`).
+    Create,
+}
+
+/// Opens the store a URL names, as [`dblease::connect_backend`] does, on
+/// the lease table `table` (the backend's default when `None`), keeping
+/// the backend store.
+pub(crate) async fn open(
+    url: &str,
+    table: Option<&str>,
+    access: Access,
+) -> Result<Db, ConnectError> {
+    // Only SQLite has files to open read-only.
+    #[cfg(not(feature = "sqlite"))]
+    let _ = access;
+    let backend = match scheme(url) {
         #[cfg(feature = "sqlite")]
-        dblease::Backend::Sqlite(s) => Backend::Sqlite(s),
+        Some(s) if dblease::sqlite::SCHEMES.contains(&s.as_str()) => {
+            sqlite::open(url, table, access).await?
+        }
         #[cfg(feature = "postgres")]
-        dblease::Backend::Postgres(s) => Backend::Postgres(s),
+        Some(s) if dblease::postgres::SCHEMES.contains(&s.as_str()) => {
+            postgres::open(url, table).await?
+        }
         #[cfg(feature = "mysql")]
-        dblease::Backend::MySql(s) => Backend::MySql(s),
-        // The facade and this tool are built with the same features.
-        #[allow(unreachable_patterns)]
-        other => {
-            return Err(ConnectError::UnknownScheme {
-                scheme: other.name().to_owned(),
+        Some(s) if dblease::mysql::SCHEMES.contains(&s.as_str()) => mysql::open(url, table).await?,
+        // A scheme of a backend this build lacks, or of none: the facade's
+        // error says which (the feature to turn on, or the schemes known).
+        _ => {
+            return Err(match dblease::connect_backend(url).await {
+                Err(e) => e,
+                Ok(other) => ConnectError::UnknownScheme {
+                    scheme: other.name().to_owned(),
+                },
             });
         }
     };
@@ -61,6 +89,25 @@ pub(crate) async fn open(url: &str) -> Result<Db, ConnectError> {
         Backend::MySql(s) => Leases::new(s.clone()),
     };
     Ok(Db { leases, backend })
+}
+
+/// The URL's scheme, in lower case.
+fn scheme(url: &str) -> Option<String> {
+    url.split_once(':')
+        .map(|(scheme, _)| scheme.to_ascii_lowercase())
+        .filter(|scheme| !scheme.is_empty())
+}
+
+/// The error of a backend that refused the URL or could not connect.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+fn backend_error(
+    backend: &'static str,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> ConnectError {
+    ConnectError::Backend {
+        backend,
+        source: Box::new(error),
+    }
 }
 
 impl Backend {
@@ -120,10 +167,10 @@ const NEEDED: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
 
 #[cfg(feature = "postgres")]
 mod postgres {
-    use dblease::BoxError;
     use dblease::postgres::PostgresStore;
+    use dblease::{BoxError, ConnectError};
 
-    use super::{NEEDED, Privileges};
+    use super::{Backend, NEEDED, Privileges};
 
     /// The table name quoted as lease-postgres quotes it: `schema.table` or
     /// `table`, each part in double quotes. The store validated it (ASCII
@@ -135,6 +182,23 @@ mod postgres {
             .map(|part| format!("\"{part}\""))
             .collect::<Vec<_>>()
             .join(".")
+    }
+
+    pub(super) async fn open(url: &str, table: Option<&str>) -> Result<Backend, ConnectError> {
+        let opened = match PostgresStore::builder(url) {
+            Ok(builder) => {
+                match table {
+                    Some(table) => builder.with_table(table),
+                    None => builder,
+                }
+                .connect()
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        opened
+            .map(Backend::Postgres)
+            .map_err(|e| super::backend_error("postgres", e))
     }
 
     pub(super) async fn version(store: &PostgresStore) -> Result<String, BoxError> {
@@ -169,11 +233,28 @@ mod postgres {
 
 #[cfg(feature = "mysql")]
 mod mysql {
-    use dblease::BoxError;
     use dblease::mysql::MySqlStore;
     use dblease::mysql::mysql_async::prelude::Queryable;
+    use dblease::{BoxError, ConnectError};
 
-    use super::{NEEDED, Privileges};
+    use super::{Backend, NEEDED, Privileges};
+
+    pub(super) async fn open(url: &str, table: Option<&str>) -> Result<Backend, ConnectError> {
+        let opened = match MySqlStore::builder(url) {
+            Ok(builder) => {
+                match table {
+                    Some(table) => builder.with_table(table),
+                    None => builder,
+                }
+                .connect()
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        opened
+            .map(Backend::MySql)
+            .map_err(|e| super::backend_error("mysql", e))
+    }
 
     pub(super) async fn version(store: &MySqlStore) -> Result<String, BoxError> {
         let mut conn = store.pool().get_conn().await?;
@@ -215,34 +296,71 @@ mod mysql {
 
 #[cfg(feature = "sqlite")]
 mod sqlite {
-    use dblease::BoxError;
-    use dblease::sqlite::SqliteStore;
-    use dblease::sqlite::rusqlite::{Connection, MAIN_DB};
+    use dblease::sqlite::rusqlite::{Connection, OpenFlags};
+    use dblease::sqlite::{OpenMode, SqliteStore};
+    use dblease::{BoxError, ConnectError};
 
-    use super::Privileges;
+    use super::{Access, Backend, Privileges};
 
-    /// Another connection to the store's file: SQLite has no server, so
-    /// this tool writes the file as any process sharing it does.
-    fn connection(store: &SqliteStore) -> Result<Connection, BoxError> {
+    pub(super) async fn open(
+        url: &str,
+        table: Option<&str>,
+        access: Access,
+    ) -> Result<Backend, ConnectError> {
+        let mode = match access {
+            Access::Read => OpenMode::ReadOnly,
+            Access::Write => OpenMode::Existing,
+            Access::Create => OpenMode::Create,
+        };
+        let opened = match SqliteStore::builder(url) {
+            Ok(builder) => {
+                match table {
+                    Some(table) => builder.with_table(table),
+                    None => builder,
+                }
+                .with_open_mode(mode)
+                .connect()
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        opened
+            .map(Backend::Sqlite)
+            .map_err(|e| super::backend_error("sqlite", e))
+    }
+
+    /// Whether the store's file opens for writing, through a connection of
+    /// its own that creates nothing: SQLite has no server, so this tool
+    /// tries what any process sharing the file does.
+    fn writable(store: &SqliteStore) -> Result<bool, BoxError> {
         let Some(path) = store.path() else {
             return Err("an in-memory SQLite database is private to this process".into());
         };
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(dblease::Timings::default().statement_timeout())?;
-        Ok(conn)
+        match Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        ) {
+            Ok(conn) => Ok(!conn.is_readonly(dblease::sqlite::rusqlite::MAIN_DB)?),
+            Err(e)
+                if e.sqlite_error_code()
+                    == Some(dblease::sqlite::rusqlite::ErrorCode::CannotOpen) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub(super) async fn privileges(store: &SqliteStore) -> Result<Privileges, BoxError> {
         let store = store.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = connection(&store)?;
-            let read_only = conn.is_readonly(MAIN_DB)?;
+            let writable = writable(&store)?;
             Ok(Privileges {
                 how: "whether the database file opens for writing",
-                missing: if read_only {
-                    vec!["INSERT", "UPDATE"]
-                } else {
+                missing: if writable {
                     Vec::new()
+                } else {
+                    vec!["INSERT", "UPDATE"]
                 },
                 conclusive: true,
             })

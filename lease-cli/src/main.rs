@@ -17,17 +17,26 @@ use std::time::{Duration, SystemTime};
 use clap::{Parser, Subcommand};
 use dblease::{Chain, LeaseInfo, LeaseState, UtcMillis};
 
-use crate::db::Db;
+use crate::db::{Access, Db};
 use crate::output::{escape, rfc3339};
 
-/// The exit codes, as `--help` and the README give them.
+/// The exit codes, as `--help` (of the tool and of each command) and the
+/// README give them.
 macro_rules! exit_codes {
     () => {
         "Exit codes:
-  0  success
-  1  error: the database could not be reached or refused, or a check failed
-  2  usage error, or a command refused (release without --force)
-  3  no such lease (show, release)"
+  0    success
+  1    error: the database could not be reached or refused, or a check failed
+  2    usage error, or a command refused (release without --force)
+  3    no such lease (show, release)
+  101  a bug in lease (it panicked): please report it"
+    };
+}
+
+/// A command's own help, then the exit codes.
+macro_rules! command_help {
+    ($text:expr) => {
+        concat!($text, "\n\n", exit_codes!())
     };
 }
 
@@ -44,6 +53,10 @@ macro_rules! exit_codes {
   lease show leader:billing
   lease watch leader:billing
   lease release lock:nightly-report --force
+  lease ls --table app_leases
+
+ls, show, watch and check only read: an SQLite file is opened read-only, and
+no command but migrate creates one.
 
 ",
         exit_codes!()
@@ -58,6 +71,11 @@ struct Cli {
         hide_env_values = true
     )]
     url: Option<String>,
+    /// The lease table, for a service that names its own (with_table(..)):
+    /// a plain identifier, or schema.table on PostgreSQL and MySQL (default
+    /// gst_leases).
+    #[arg(long, global = true, value_name = "NAME")]
+    table: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -65,7 +83,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List the leases whose name starts with PREFIX, ordered by name.
-    #[command(after_help = "\
+    #[command(after_help = command_help!("\
 Columns: NAME, STATE (held, expired or released), INSTANCE (the process that
 claimed it last), TERM, LEFT (time left while held, by the database clock),
 LAST INSTANT (a scheduler's last instant, RFC 3339 UTC).
@@ -76,7 +94,7 @@ escapes. --json prints one JSON array of objects (see the crate README).
 Examples:
   lease ls
   lease ls leader: --limit 50
-  lease ls job: --json | jq '.[] | select(.state == \"held\")'")]
+  lease ls job: --json | jq '.[] | select(.state == \"held\")'"))]
     Ls {
         /// Only names starting with this (every lease when omitted).
         #[arg(default_value = "")]
@@ -89,10 +107,10 @@ Examples:
         limit: u32,
     },
     /// Show one lease in detail (exit code 3 when there is no such lease).
-    #[command(after_help = "\
+    #[command(after_help = command_help!("\
 Examples:
   lease show leader:billing
-  lease show job:nightly --json")]
+  lease show job:nightly --json"))]
     Show {
         /// The lease's name.
         name: String,
@@ -102,7 +120,7 @@ Examples:
     },
     /// Print a line each time a lease changes hands, expires or is released,
     /// until Ctrl-C.
-    #[command(after_help = "\
+    #[command(after_help = command_help!("\
 Polls the lease every --interval ms and prints a line when its holder, term or
 state changed: the first line is the lease as found. The term grows by one at
 each change of hands, so when a lease changed hands more than once between
@@ -111,7 +129,7 @@ JSON). A poll that fails prints the error on stderr and the watch goes on.
 
 Examples:
   lease watch leader:billing
-  lease watch leader:billing --interval 200 --json")]
+  lease watch leader:billing --interval 200 --json"))]
     Watch {
         /// The lease's name.
         name: String,
@@ -123,17 +141,17 @@ Examples:
         json: bool,
     },
     /// Free a held lease now; prints the term it freed. Needs --force.
-    #[command(after_help = "\
+    #[command(after_help = command_help!("\
 Reads the lease, then frees it only if it is still held at the term read, so a
 lease that changed hands in between is left alone (exit code 1, run again).
 The holder finds the lease gone at its next renewal and stops its work; the
 next claim takes the next term. A lease already free is left as it is.
 
-Exit codes: 0 freed (or already free), 1 error or changed hands,
-2 without --force, 3 no such lease.
+So: 0 when freed (or already free), 1 on an error or when it changed hands,
+2 without --force, 3 when there is no such lease.
 
 Examples:
-  lease release lock:nightly-report --force")]
+  lease release lock:nightly-report --force"))]
     Release {
         /// The lease's name.
         name: String,
@@ -142,14 +160,14 @@ Examples:
         force: bool,
     },
     /// Create the lease table if it does not exist.
-    #[command(after_help = "\
+    #[command(after_help = command_help!("\
 Idempotent, and safe to run while replicas run it too.
 
 Examples:
-  lease migrate --url sqlite:///var/lib/app/leases.db")]
+  lease migrate --url sqlite:///var/lib/app/leases.db"))]
     Migrate,
     /// Check the database can carry leases.
-    #[command(after_help = "\
+    #[command(after_help = command_help!("\
 Checks, without writing anything:
   database    it answers, and its kind and version
   table       the lease table exists with every column (a read of a name)
@@ -159,11 +177,13 @@ Checks, without writing anything:
               and MariaDB the direct grants in information_schema (roles are
               not followed, so a missing grant there is a warning); SQLite
               whether the file opens for writing.
-Exits with 1 when a check fails.
+A check that cannot run (the database did not answer, or the table check
+failed) is printed as skipped, with the reason. Exits with 1 when a check
+fails.
 
 Examples:
   lease check
-  LEASE_DATABASE_URL=mariadb://app@db/app lease check")]
+  LEASE_DATABASE_URL=mariadb://app@db/app lease check"))]
     Check,
 }
 
@@ -209,9 +229,20 @@ macro_rules! say {
 
 impl<E: std::error::Error + 'static> From<E> for Exit {
     fn from(e: E) -> Self {
+        let missing_table = (&e as &dyn std::error::Error)
+            .downcast_ref::<dblease::Error>()
+            .is_some_and(|e| e.db_kind() == Some(dblease::DbErrorKind::MissingTable));
+        if missing_table {
+            // The library's message names the code call; say the command.
+            return Exit::error(MISSING_TABLE);
+        }
         Exit::error(Chain(&e).to_string())
     }
 }
+
+/// What to do about a lease table that does not exist, in this tool's terms.
+const MISSING_TABLE: &str = "the lease table does not exist: run `lease migrate` to create it, \
+                             or name the service's table with --table";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -254,7 +285,14 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             message: format!("no database: pass --url or set {}", dblease::ENV_VAR),
         });
     };
-    let db = match db::open(&url).await {
+    let access = match cli.command {
+        Command::Migrate => Access::Create,
+        Command::Release { .. } => Access::Write,
+        Command::Ls { .. } | Command::Show { .. } | Command::Watch { .. } | Command::Check => {
+            Access::Read
+        }
+    };
+    let db = match db::open(&url, cli.table.as_deref(), access).await {
         Ok(db) => db,
         // The facade names its own feature; this binary's has the same name.
         Err(dblease::ConnectError::FeatureDisabled { scheme, feature }) => {
@@ -263,7 +301,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
                  (cargo install lease-cli --features {feature})"
             )));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(open_error(e)),
     };
     match cli.command {
         Command::Ls {
@@ -289,6 +327,22 @@ async fn run(cli: Cli) -> Result<(), Exit> {
         }
         Command::Check => check(&db).await,
     }
+}
+
+/// The error of a database that could not be opened: an SQLite file that
+/// is not there says so in this tool's terms.
+fn open_error(e: dblease::ConnectError) -> Exit {
+    #[cfg(feature = "sqlite")]
+    if let dblease::ConnectError::Backend { source, .. } = &e {
+        if let Some(dblease::sqlite::SqliteError::Missing { path }) = source.downcast_ref() {
+            return Exit::error(format!(
+                "no SQLite database at {}: the file does not exist (this command never \
+                 creates one; `lease migrate` does)",
+                path.display()
+            ));
+        }
+    }
+    e.into()
 }
 
 async fn ls(db: &Db, prefix: &str, json: bool, limit: u32) -> Result<(), Exit> {
@@ -438,13 +492,20 @@ async fn release(db: &Db, name: &str) -> Result<(), Exit> {
 async fn check(db: &Db) -> Result<(), Exit> {
     let mut failed = false;
     let backend = &db.backend;
+    let table = backend.table();
     // The database answers.
     let sent = SystemTime::now();
     let db_now = db.leases.now().await;
     let received = SystemTime::now();
     let db_now = match db_now {
         Ok(now) => now,
-        Err(e) => return Err(Exit::error(format!("database: {}", Chain(&e)))),
+        Err(e) => {
+            say!("database    FAILED: {}", Chain(&e));
+            for check in ["table     ", "clock     ", "privileges"] {
+                say!("{check}  skipped: the database did not answer");
+            }
+            return Err(check_failed());
+        }
     };
     let version = backend
         .version()
@@ -454,17 +515,24 @@ async fn check(db: &Db) -> Result<(), Exit> {
 
     // The table, with every column the protocol reads (all but the token,
     // which `get` never reads; the conformance suite covers the writes).
-    let table = backend.table();
-    match db.leases.get("lease-cli:check:absent").await {
-        Ok(_) => say!("table       ok: {table} answers a read of every column"),
-        Err(e) => {
-            failed = true;
-            say!(
-                "table       FAILED: {table}: {} (run `lease migrate` if it does not exist)",
-                Chain(&e)
-            );
+    let table_ok = match db.leases.get("lease-cli:check:absent").await {
+        Ok(_) => {
+            say!("table       ok: {table} answers a read of every column");
+            true
         }
-    }
+        Err(e) if e.db_kind() == Some(dblease::DbErrorKind::MissingTable) => {
+            say!(
+                "table       FAILED: {table} does not exist: run `lease migrate` to create it, \
+                 or name the service's table with --table"
+            );
+            false
+        }
+        Err(e) => {
+            say!("table       FAILED: {table}: {}", Chain(&e));
+            false
+        }
+    };
+    failed |= !table_ok;
 
     // The clock: the database's against this machine's, at the middle of
     // the round trip.
@@ -491,8 +559,8 @@ async fn check(db: &Db) -> Result<(), Exit> {
         (received - sent + 1) / 2
     );
 
-    // The privileges.
-    if !failed {
+    // The privileges, on a table that is there.
+    if table_ok {
         match backend.privileges().await {
             Ok(p) if p.missing.is_empty() => {
                 say!(
@@ -515,14 +583,17 @@ async fn check(db: &Db) -> Result<(), Exit> {
             ),
             Err(e) => say!("privileges  unknown: {}", Chain(&*e)),
         }
-    }
-    if failed {
-        Err(Exit {
-            code: 1,
-            message: "check failed".to_owned(),
-        })
     } else {
-        Ok(())
+        say!("privileges  skipped: the table check failed");
+    }
+    if failed { Err(check_failed()) } else { Ok(()) }
+}
+
+/// The end of a `check` that found a failure.
+fn check_failed() -> Exit {
+    Exit {
+        code: 1,
+        message: "check failed".to_owned(),
     }
 }
 

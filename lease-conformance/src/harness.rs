@@ -76,6 +76,7 @@ impl Ctx {
         Leases::from_arc(self.store())
             .with_timings(timings)
             .with_instance(format!("conformance-{n}"))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Sleeps until a lease of [`Ctx::short_leases`] claimed or renewed
@@ -104,7 +105,7 @@ pub fn short_timings() -> Timings {
         .lease(SHORT_LEASE)
         .renew(Duration::from_millis(50))
         .deadline(Duration::from_millis(250))
-        .grace(Duration::from_millis(200))
+        .grace(Duration::from_millis(150))
         .build()
     {
         Ok(t) => t,

@@ -339,8 +339,11 @@ pub async fn steps_down_before_the_name_is_free(
     let timings = timings();
     let leases = proxied
         .with_timings(timings)
-        .with_instance("network-stepdown-holder");
-    let rival = direct.with_instance("network-stepdown-rival");
+        .with_instance("network-stepdown-holder")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rival = direct
+        .with_instance("network-stepdown-rival")
+        .unwrap_or_else(|e| panic!("{e}"));
     ok(rival.migrate().await, "migrate() through the direct store");
     let name = unique_name("stepdown");
 
@@ -501,8 +504,11 @@ pub async fn late_renewals_do_not_outlive_a_step_down(
     let timings = timings();
     let leases = proxied
         .with_timings(timings)
-        .with_instance("network-late-holder");
-    let rival = direct.with_instance("network-late-rival");
+        .with_instance("network-late-holder")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rival = direct
+        .with_instance("network-late-rival")
+        .unwrap_or_else(|e| panic!("{e}"));
     ok(rival.migrate().await, "migrate() through the direct store");
     let name = unique_name("late");
 
@@ -615,8 +621,11 @@ pub async fn connections_cut_under_the_holder_cost_it_nothing(
     let timings = timings();
     let leases = proxied
         .with_timings(timings)
-        .with_instance("network-cut-holder");
-    let rival = direct.with_instance("network-cut-rival");
+        .with_instance("network-cut-holder")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rival = direct
+        .with_instance("network-cut-rival")
+        .unwrap_or_else(|e| panic!("{e}"));
     ok(rival.migrate().await, "migrate() through the direct store");
     let name = unique_name("cut");
 

@@ -25,23 +25,37 @@ pub(crate) fn jitter(max: Duration) -> Duration {
     Duration::from_nanos(u64::from_le_bytes(bytes) % nanos.saturating_add(1))
 }
 
+/// What giving a name back found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GaveBack {
+    /// The name was still this holder's, and is free now.
+    Released,
+    /// The name was no longer this holder's: it ran out, was released by
+    /// force, or was taken, while the holder still believed it held it.
+    AlreadyGone,
+    /// The database did not answer, or not in time: the lease runs out by
+    /// itself.
+    Unknown,
+}
+
 /// Gives `handle`'s name back on a task of its own, bounded by
 /// [`RELEASE_TIMEOUT`], and waits for it: dropping the caller's future does
 /// not cut the release. A failed release is logged as a warning; the lease
 /// then runs out by itself.
-pub(crate) async fn release_detached(handle: &Handle) {
+pub(crate) async fn release_detached(handle: &Handle) -> GaveBack {
     let handle = handle.clone();
     let span = tracing::Span::current();
     let task = tokio::spawn(
         async move {
             match tokio::time::timeout(RELEASE_TIMEOUT, handle.release()).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => GaveBack::Released,
                 Ok(Err(e)) if e.is_lost() => {
                     tracing::warn!(
                         name = ?handle.name(),
                         term = handle.term(),
                         "the name was already gone when it was given back"
                     );
+                    GaveBack::AlreadyGone
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(
@@ -50,6 +64,7 @@ pub(crate) async fn release_detached(handle: &Handle) {
                         error = %Chain(&e),
                         "could not give the name back; it runs out by itself"
                     );
+                    GaveBack::Unknown
                 }
                 Err(_) => {
                     tracing::warn!(
@@ -58,6 +73,7 @@ pub(crate) async fn release_detached(handle: &Handle) {
                         after = ?RELEASE_TIMEOUT,
                         "giving the name back got no answer; it runs out by itself"
                     );
+                    GaveBack::Unknown
                 }
             }
         }
@@ -65,7 +81,7 @@ pub(crate) async fn release_detached(handle: &Handle) {
     );
     // The task only logs; a panic in it (or a runtime shutting down) leaves
     // the lease to run out by itself, like a failed release.
-    let _ = task.await;
+    task.await.unwrap_or(GaveBack::Unknown)
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ impl LeaseContext {
             "lease",
             name = ?handle.name(),
             term = handle.term(),
-            instance = %handle.leases().instance(),
+            instance = ?handle.leases().instance(),
         );
         LeaseContext {
             handle,

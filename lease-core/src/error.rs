@@ -42,6 +42,22 @@ pub enum Error {
         reason: NameError,
     },
 
+    /// The instance id cannot be written beside a claim: it is empty,
+    /// longer than [`MAX_INSTANCE_CHARS`](crate::MAX_INSTANCE_CHARS), or
+    /// holds a control character (which would forge log lines and terminal
+    /// output). See [`Leases::with_instance`](crate::Leases::with_instance).
+    #[error("invalid instance id {instance:?} ({origin}): {reason}")]
+    InvalidInstance {
+        /// The instance id as given. The message shows it escaped, as
+        /// `Debug` does; log it the same way.
+        instance: String,
+        /// Where it came from: `Leases::with_instance`, or the environment
+        /// variable `LEASE_INSTANCE`.
+        origin: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+
     /// The timings cannot keep the protocol's promises.
     #[error("invalid lease timings: {0}")]
     InvalidTimings(String),
@@ -208,9 +224,11 @@ impl fmt::Debug for Error {
 /// An error and its sources on one line, `error: source: source ...`: what
 /// a log line or a command's message shows.
 ///
-/// A source whose message the line already ends with (an error that repeats
-/// its source's message in its own) is shown once, and line breaks a driver
-/// put in a message become spaces.
+/// Each distinct cause is shown once: a source whose message is already
+/// part of its parent's (a driver error that repeats its source's message
+/// in its own, `Server error: `ERROR 1045 ...'` over `ERROR 1045 ...`), or
+/// that the line already ends with, is left out. Line breaks a driver put
+/// in a message become spaces.
 ///
 /// ```
 /// use std::error::Error;
@@ -250,21 +268,33 @@ impl fmt::Debug for Chain<'_> {
 
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut line = self.0.to_string();
-        let mut source = self.0.source();
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !line.ends_with(&text) {
-                line.push_str(": ");
-                line.push_str(&text);
-            }
-            source = s.source();
-        }
-        if line.contains(['\n', '\r']) {
-            line = line.replace(['\n', '\r'], " ");
-        }
-        f.write_str(&line)
+        write_chain(f, &self.0.to_string(), self.0.source())
     }
+}
+
+/// Writes `top` and then each of the sources from `source` on, as
+/// [`Chain`] does: for the `Debug` of error types that are not `'static`
+/// (a generic one), which cannot be a [`Chain`] themselves.
+pub(crate) fn write_chain(
+    f: &mut fmt::Formatter<'_>,
+    top: &str,
+    mut source: Option<&(dyn std::error::Error + 'static)>,
+) -> fmt::Result {
+    let mut line = top.to_owned();
+    let mut parent = top.to_owned();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parent.contains(&text) && !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        parent = text;
+        source = s.source();
+    }
+    if line.contains(['\n', '\r']) {
+        line = line.replace(['\n', '\r'], " ");
+    }
+    f.write_str(&line)
 }
 
 /// What kind of failure a database error is, as the store's backend
@@ -311,6 +341,119 @@ impl fmt::Display for DbErrorKind {
             DbErrorKind::Other => "refused by the database",
             DbErrorKind::Unclassified => "database error",
         })
+    }
+}
+
+/// Why a store could not make its first connection, in the library's
+/// words, each with what to try: the part of the server backends'
+/// connection errors (`PostgresError::Connect`, `MySqlError::Connect`)
+/// that reads the same on every backend. The driver's own error, when it
+/// adds something (the server's message for refused credentials), is the
+/// backend error's source.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use lease_core::ConnectFailure;
+///
+/// assert_eq!(
+///     ConnectFailure::Refused.describe("PostgreSQL", "db:5432").to_string(),
+///     "could not connect to PostgreSQL: connection refused: is the server running on db:5432?"
+/// );
+/// let slow = ConnectFailure::TimedOut { after: Duration::from_secs(5), setting: "connect_timeout" };
+/// assert_eq!(
+///     slow.describe("PostgreSQL", "db:5432").to_string(),
+///     "could not connect to PostgreSQL at db:5432 within 5 s (connect_timeout): \
+///      check the address and any firewall, or raise connect_timeout for a slow server"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nothing accepted the connection at the host and port: the server is
+    /// not running, listens on another port or address, or a firewall
+    /// rejects the connection.
+    Refused,
+    /// The connection (TCP, TLS and the login) did not complete within the
+    /// bound: a wrong address that drops packets, a firewall that does, or
+    /// a server too busy to answer.
+    TimedOut {
+        /// The bound that passed.
+        after: Duration,
+        /// The setting that sets it (`connect_timeout` in a PostgreSQL URL).
+        setting: &'static str,
+    },
+    /// The server refused the login: a wrong password, or no such user.
+    Credentials,
+    /// Anything else: the backend error's source says what.
+    Other,
+}
+
+impl ConnectFailure {
+    /// The message of a connection error to `database` (`PostgreSQL`,
+    /// `the MySQL server`) at `server` (`host:port`): what the backends'
+    /// `Connect` errors display.
+    #[must_use]
+    pub fn describe<'a>(&'a self, database: &'a str, server: &'a str) -> impl fmt::Display + 'a {
+        struct Describe<'a>(&'a ConnectFailure, &'a str, &'a str);
+
+        impl fmt::Display for Describe<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let Describe(failure, database, server) = *self;
+                match failure {
+                    ConnectFailure::Refused => write!(
+                        f,
+                        "could not connect to {database}: connection refused: \
+                         is the server running on {server}?"
+                    ),
+                    ConnectFailure::TimedOut { after, setting } => write!(
+                        f,
+                        "could not connect to {database} at {server} within {} ({setting}): \
+                         check the address and any firewall, or raise {setting} for a slow server",
+                        Seconds(*after)
+                    ),
+                    ConnectFailure::Credentials => write!(
+                        f,
+                        "could not connect to {database} at {server}: the server refused the \
+                         login (check the user name and password in the URL)"
+                    ),
+                    ConnectFailure::Other => {
+                        write!(f, "could not connect to {database} at {server}")
+                    }
+                }
+            }
+        }
+
+        Describe(self, database, server)
+    }
+
+    /// The kind of failure it is; `None` for [`Other`](Self::Other), which
+    /// the backend classifies by its driver's error.
+    #[must_use]
+    pub fn kind(&self) -> Option<DbErrorKind> {
+        match self {
+            ConnectFailure::Refused | ConnectFailure::TimedOut { .. } => {
+                Some(DbErrorKind::Connection)
+            }
+            ConnectFailure::Credentials => Some(DbErrorKind::Permission),
+            ConnectFailure::Other => None,
+        }
+    }
+}
+
+/// A duration as a person writes it: `5 s`, `2.5 s`, `500 ms`.
+struct Seconds(Duration);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d < Duration::from_secs(1) {
+            write!(f, "{} ms", d.as_millis())
+        } else if d.subsec_millis() == 0 {
+            write!(f, "{} s", d.as_secs())
+        } else {
+            write!(f, "{:.1} s", d.as_secs_f64())
+        }
     }
 }
 
@@ -562,5 +705,29 @@ mod tests {
         );
         assert_eq!(Chain(&e).to_string(), "connect failed: refused");
         assert_eq!(Chain(&E("alone", None)).to_string(), "alone");
+        // A driver error quoting its source inside its own message (MariaDB's
+        // `Server error: `ERROR 1045 ...'`), two levels deep: each once.
+        let e = E(
+            "could not connect",
+            Some(Box::new(E(
+                "Input/output error: Input/output error: refused (os error 111)",
+                Some(Box::new(E(
+                    "Input/output error: refused (os error 111)",
+                    Some(Box::new(E("refused (os error 111)", None))),
+                ))),
+            ))),
+        );
+        assert_eq!(
+            Chain(&e).to_string(),
+            "could not connect: Input/output error: Input/output error: refused (os error 111)"
+        );
+        let e = E(
+            "Server error: `ERROR 1045 (28000): Access denied'",
+            Some(Box::new(E("ERROR 1045 (28000): Access denied", None))),
+        );
+        assert_eq!(
+            Chain(&e).to_string(),
+            "Server error: `ERROR 1045 (28000): Access denied'"
+        );
     }
 }

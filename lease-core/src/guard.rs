@@ -179,14 +179,13 @@
 //! keeps this module's contract on a sqlx pool, `lease_sqlx::guard` fences
 //! a `sqlx::Transaction` of the caller's.
 
-use std::convert::Infallible;
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
 use crate::context::LeaseContext;
-use crate::error::{BoxError, DbErrorKind, Error, LostCause};
+use crate::error::{BoxError, DbErrorKind, Error, LostCause, write_chain};
 use crate::state::EndCause;
 
 mod flow;
@@ -202,7 +201,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///
 /// In every case but [`OutcomeUnknown`](GuardError::OutcomeUnknown),
 /// nothing of the transaction was committed.
-#[derive(Debug)]
+///
+/// Its `Debug` is one line, the message and its causes (the work's error
+/// as its own `Debug` shows it), so that a `main` returning it prints
+/// something a person can read.
 #[non_exhaustive]
 pub enum GuardError<E> {
     /// The lease is lost: always an [`Error::Lost`] with its cause. Either
@@ -310,26 +312,45 @@ impl<E> GuardError<E> {
         }
     }
 
-    /// A boxed error: the work's own error as it is, any other as a
-    /// `GuardError`. For `?` in a function returning [`BoxError`], when the
-    /// work's error is itself boxed (`Box<dyn Error>` is not an `Error`, so
-    /// `GuardError<BoxError>` is not one either).
-    pub fn into_boxed(self) -> BoxError
+    /// The same error with the work's error boxed, as an error type of its
+    /// own: for `?` in a function returning `Box<dyn Error>` or
+    /// [`BoxError`], when the work's error is itself boxed (`Box<dyn Error>`
+    /// is not an `Error`, so `GuardError<BoxError>` is not one either).
+    ///
+    /// ```
+    /// use lease_core::{BoxError, GuardError};
+    ///
+    /// fn commit() -> Result<(), GuardError<BoxError>> {
+    ///     Err(GuardError::not_holder("report:7"))
+    /// }
+    ///
+    /// fn main_like() -> Result<(), Box<dyn std::error::Error>> {
+    ///     commit().map_err(GuardError::into_boxed)?;
+    ///     Ok(())
+    /// }
+    ///
+    /// let err = main_like().unwrap_err();
+    /// assert_eq!(err.to_string(), r#"lease "report:7" lost: no longer this holder's"#);
+    /// ```
+    pub fn into_boxed(self) -> BoxedGuardError
     where
         E: Into<BoxError>,
     {
+        BoxedGuardError(self.map_work(Into::into))
+    }
+
+    /// The source of this error, the work's error given by `work`.
+    fn source_with<'a>(
+        &'a self,
+        work: impl FnOnce(&'a E) -> Option<&'a (dyn StdError + 'static)>,
+    ) -> Option<&'a (dyn StdError + 'static)> {
         match self {
-            GuardError::Work(e) => e.into(),
-            GuardError::Lost(e) => Box::new(GuardError::<Infallible>::Lost(e)),
-            GuardError::Ended { name, cause } => {
-                Box::new(GuardError::<Infallible>::Ended { name, cause })
+            GuardError::Lost(e) => e.source(),
+            GuardError::Ended { .. } => None,
+            GuardError::Database { source, .. } | GuardError::OutcomeUnknown { source, .. } => {
+                Some(source.as_ref())
             }
-            GuardError::Database { name, kind, source } => {
-                Box::new(GuardError::<Infallible>::Database { name, kind, source })
-            }
-            GuardError::OutcomeUnknown { name, source } => {
-                Box::new(GuardError::<Infallible>::OutcomeUnknown { name, source })
-            }
+            GuardError::Work(e) => work(e),
         }
     }
 
@@ -397,16 +418,69 @@ impl<E> fmt::Display for GuardError<E> {
     }
 }
 
+impl<E: fmt::Debug> fmt::Debug for GuardError<E> {
+    /// The message and its causes on one line: the lease's error as
+    /// [`Error`]'s `Debug` shows it, the driver's with its sources, the
+    /// work's with its own `Debug`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GuardError::Lost(e) => fmt::Debug::fmt(e, f),
+            GuardError::Work(e) => write!(f, "{self}: {e:?}"),
+            other => write_chain(f, &other.to_string(), other.source_with(|_| None)),
+        }
+    }
+}
+
 impl<E: StdError + 'static> StdError for GuardError<E> {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        match self {
-            GuardError::Lost(e) => e.source(),
-            GuardError::Ended { .. } => None,
-            GuardError::Database { source, .. } | GuardError::OutcomeUnknown { source, .. } => {
-                Some(source.as_ref())
-            }
-            GuardError::Work(e) => Some(e),
+        self.source_with(|e| Some(e))
+    }
+}
+
+/// A [`GuardError`] whose work error is boxed, from
+/// [`GuardError::into_boxed`]: an [`Error`](StdError), so `?` turns it
+/// into `Box<dyn Error>` as well as into [`BoxError`].
+///
+/// The work's own error shows as it is (its message and its sources); any
+/// other as the guarded transaction's error. [`get`](Self::get) and
+/// [`into_inner`](Self::into_inner) give the [`GuardError`] back, to match
+/// on it or to downcast the work's error.
+pub struct BoxedGuardError(GuardError<BoxError>);
+
+impl BoxedGuardError {
+    /// The guarded transaction's error.
+    #[must_use]
+    pub fn get(&self) -> &GuardError<BoxError> {
+        &self.0
+    }
+
+    /// The guarded transaction's error, owned.
+    #[must_use]
+    pub fn into_inner(self) -> GuardError<BoxError> {
+        self.0
+    }
+}
+
+impl fmt::Display for BoxedGuardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            GuardError::Work(e) => fmt::Display::fmt(e, f),
+            other => fmt::Display::fmt(other, f),
         }
+    }
+}
+
+impl fmt::Debug for BoxedGuardError {
+    /// The message and its causes on one line, as [`Chain`](crate::Chain)
+    /// shows them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&crate::Chain(self), f)
+    }
+}
+
+impl StdError for BoxedGuardError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source_with(|e| e.source())
     }
 }
 
@@ -417,13 +491,25 @@ mod tests {
     #[test]
     fn boxed_keeps_the_works_error_and_the_kind() {
         let work: GuardError<BoxError> = GuardError::Work("refused".into());
-        assert_eq!(work.into_boxed().to_string(), "refused");
+        let boxed = work.into_boxed();
+        assert_eq!(boxed.to_string(), "refused");
+        let back = boxed.into_inner().into_work().expect("the work's error");
+        assert_eq!(back.to_string(), "refused");
         let lost: GuardError<BoxError> = GuardError::not_holder("job");
         let boxed = lost.into_boxed();
-        let back = boxed
-            .downcast_ref::<GuardError<Infallible>>()
-            .expect("a GuardError");
-        assert!(back.is_lost());
+        assert!(boxed.get().is_lost());
+        // `?` into `Box<dyn Error>`, as a `main` returning one does.
+        let commit = || -> Result<(), GuardError<BoxError>> { Err(GuardError::not_holder("job")) };
+        let main_like = || -> Result<(), Box<dyn StdError>> {
+            commit().map_err(GuardError::into_boxed)?;
+            Ok(())
+        };
+        let err = main_like().unwrap_err();
+        assert_eq!(
+            format!("{err:?}"),
+            r#"lease "job" lost: no longer this holder's"#
+        );
+        assert!(err.downcast_ref::<BoxedGuardError>().is_some());
         let db: GuardError<std::io::Error> =
             GuardError::database("job", DbErrorKind::Conflict, "lock wait");
         assert!(db.is_retryable());
@@ -431,5 +517,39 @@ mod tests {
         let other: GuardError<std::io::Error> =
             GuardError::database("job", DbErrorKind::MissingTable, "no table");
         assert!(!other.is_retryable());
+    }
+
+    #[test]
+    fn debug_is_one_readable_line() {
+        let db: GuardError<std::io::Error> =
+            GuardError::database("job", DbErrorKind::Connection, "connection reset");
+        assert_eq!(
+            format!("{db:?}"),
+            r#"guarded transaction under lease "job" failed: connection failed: connection reset"#
+        );
+        let lost: GuardError<std::io::Error> = GuardError::not_holder("job");
+        assert_eq!(
+            format!("{lost:?}"),
+            r#"lease "job" lost: no longer this holder's"#
+        );
+        let ended: GuardError<std::io::Error> = GuardError::Ended {
+            name: "job".into(),
+            cause: None,
+        };
+        assert_eq!(
+            format!("{ended:?}"),
+            r#"guarded transaction under lease "job" rolled back: the lease context ended"#
+        );
+        let work: GuardError<&str> = GuardError::Work("no such invoice");
+        assert_eq!(
+            format!("{work:?}"),
+            r#"the work of a guarded transaction failed; rolled back: "no such invoice""#
+        );
+        let boxed =
+            GuardError::<BoxError>::database("job", DbErrorKind::Connection, "reset").into_boxed();
+        assert_eq!(
+            format!("{boxed:?}"),
+            r#"guarded transaction under lease "job" failed: connection failed: reset"#
+        );
     }
 }

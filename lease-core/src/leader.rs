@@ -434,7 +434,7 @@ impl Leader {
             tracing::warn!(name = ?self.name, term, %error, "leader's work failed");
         }
         if !handle.lost() {
-            release_detached(&handle).await;
+            let _ = release_detached(&handle).await;
         }
         let tenure = began.elapsed();
         if matches!(reason, StepDown::Lost(_)) {
@@ -476,6 +476,7 @@ mod tests {
     fn replica(table: &Arc<MemTable>, instance: &str) -> Leases {
         Leases::from_arc(table.clone())
             .with_instance(instance)
+            .unwrap()
             .with_fail_hook(|e| panic!("the fail hook was reached: {e}"))
     }
 

@@ -17,7 +17,7 @@ use crate::run::FailHook;
 use crate::store::{ClaimRequest, InstantClaim, LeaseStore, Unfinished};
 use crate::time::UtcMillis;
 use crate::timings::Timings;
-use crate::token::{Token, instance_id, new_token};
+use crate::token::{Token, default_instance, new_token, validate_instance};
 
 /// The coordinator: a [`LeaseStore`], this process's instance id and the
 /// [`Timings`]. Cheap to clone; every clone shares the store.
@@ -70,7 +70,8 @@ impl fmt::Debug for Leases {
 
 impl Leases {
     /// A coordinator on `store`, with the default timings and this process's
-    /// [`instance_id`].
+    /// [`instance_id`](crate::instance_id) (or `LEASE_INSTANCE`: see
+    /// [`with_instance`](Self::with_instance)).
     pub fn new<S: LeaseStore>(store: S) -> Self {
         Self::from_arc(Arc::new(store))
     }
@@ -81,7 +82,7 @@ impl Leases {
         Leases {
             shared: Arc::new(Shared {
                 store,
-                instance: instance_id().to_owned(),
+                instance: default_instance(),
                 timings: Timings::default(),
                 fail_hook: FailHook::default(),
                 batching: false,
@@ -155,12 +156,38 @@ impl Leases {
     }
 
     /// The same coordinator claiming under another instance id: what the
-    /// `instance` column and the logs show. Tests that play several
-    /// processes in one use it; a deployment keeps the default.
-    #[must_use]
-    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
-        Arc::make_mut(&mut self.shared).instance = instance.into();
-        self
+    /// `instance` column, `lease ls` and the logs show of this process, for
+    /// a person to tell the replicas apart (`web-1`, a pod's name). It is
+    /// never a credential: each claim's holder token is.
+    ///
+    /// Without it a coordinator takes the environment variable
+    /// `LEASE_INSTANCE` ([`INSTANCE_VAR`](crate::INSTANCE_VAR)) when it is
+    /// set, and otherwise [`instance_id`](crate::instance_id), the host
+    /// name and the process id (`web-1:4242`). A `LEASE_INSTANCE` that this
+    /// method would refuse is not used: the default stands in, with a
+    /// warning.
+    ///
+    /// ```
+    /// # fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+    /// let leases = leases.with_instance("web-1")?;
+    /// assert_eq!(leases.instance(), "web-1");
+    /// assert!(leases.clone().with_instance("web-1\nFORGED").is_err());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInstance`] for an empty id, one longer than
+    /// [`MAX_INSTANCE_CHARS`](crate::MAX_INSTANCE_CHARS) (the `instance`
+    /// column of MySQL), or one with a control character (a newline or an
+    /// escape sequence would forge log lines and terminal output). The
+    /// instance id is logged escaped, as `Debug` formats it, so what
+    /// remains allowed (quotes, spaces) cannot forge a field either.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Result<Self> {
+        let instance = instance.into();
+        validate_instance(&instance, "Leases::with_instance")?;
+        Arc::make_mut(&mut self.shared).instance = instance;
+        Ok(self)
     }
 
     /// The same coordinator with another fail hook: what
@@ -292,7 +319,7 @@ impl Leases {
         crate::metrics::claim(name, claim_outcome(&claimed, Option::is_some));
         let claimed = claimed?;
         Ok(claimed.map(|term| {
-            tracing::debug!(name, term, instance = %self.shared.instance, "lease claimed");
+            tracing::debug!(name, term, instance = ?self.shared.instance, "lease claimed");
             self.handle(name, token, term, sent, None, None)
         }))
     }
@@ -437,7 +464,7 @@ impl Leases {
                     term,
                     instant = instant.as_millis(),
                     superseded = superseded.as_ref().map(|u| u.instant.as_millis()),
-                    instance = %self.instance(),
+                    instance = ?self.instance(),
                     "instant claimed"
                 );
                 Some(self.handle(name, token, term, sent, Some(instant), superseded))
@@ -532,7 +559,7 @@ impl Leases {
                 name = ?u.name,
                 term,
                 instant = u.instant.as_millis(),
-                instance = %self.instance(),
+                instance = ?self.instance(),
                 "instant claimed a second time"
             );
             self.handle(&u.name, token, term, sent, Some(u.instant), None)

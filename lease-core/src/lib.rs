@@ -31,9 +31,11 @@ mod testing;
 
 pub use capability::RELEASE_TIMEOUT;
 pub use context::LeaseContext;
-pub use error::{BoxError, Chain, DbErrorKind, Error, LostCause, NameError, Op, Result};
+pub use error::{
+    BoxError, Chain, ConnectFailure, DbErrorKind, Error, LostCause, NameError, Op, Result,
+};
 pub use forward::ForwardingStore;
-pub use guard::{BoxFuture, GuardError};
+pub use guard::{BoxFuture, BoxedGuardError, GuardError};
 pub use guard_statement::{Dialect, GuardParams, GuardStatement};
 pub use handle::Handle;
 pub use hold::Holder;
@@ -53,8 +55,8 @@ pub use store::{
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};
-pub use timings::{Timings, TimingsBuilder};
-pub use token::{Token, instance_id};
+pub use timings::{Risk, Timings, TimingsBuilder};
+pub use token::{INSTANCE_VAR, MAX_INSTANCE_CHARS, Token, instance_id};
 
 /// The attribute the [`LeaseStore`] and [`ForwardingStore`] impls are
 /// written with, re-exported so that an implementation names the same

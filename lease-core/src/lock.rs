@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::capability::{jitter, release_detached};
+use crate::capability::{GaveBack, jitter, release_detached};
 use crate::context::LeaseContext;
 use crate::error::{Error, LostCause};
 use crate::handle::Handle;
@@ -285,7 +285,7 @@ impl Lock {
         let by = self.leases.get(&self.name).await.ok().flatten();
         tracing::debug!(
             name = ?self.name,
-            held_by = by.as_ref().map(|i| i.instance.as_str()),
+            held_by = by.as_ref().map(|i| tracing::field::debug(&i.instance)),
             term = by.as_ref().map(|i| i.term),
             "lock held elsewhere"
         );
@@ -317,30 +317,36 @@ impl Lock {
         let context = holder.context().clone();
         let out = holder.run(work).await;
         holder.stop().await;
-        if handle.lost() {
-            let cause = context.lost_cause().unwrap_or(LostCause::NotHolder);
-            tracing::warn!(
-                name = ?self.name,
-                term = handle.term(),
-                %cause,
-                "lock lost while its work ran"
-            );
-            return match out {
-                Ok(output) => Err(LockError::Lost {
-                    name: self.name.clone(),
-                    cause,
-                    output: Some(output),
-                }),
-                Err(e) if e.is_lost() => Err(LockError::Lost {
-                    name: self.name.clone(),
-                    cause,
-                    output: None,
-                }),
-                Err(e) => Err(LockError::Lease(e)),
-            };
+        let cause = if handle.lost() {
+            context.lost_cause().unwrap_or(LostCause::NotHolder)
+        } else if release_detached(&handle).await == GaveBack::AlreadyGone {
+            // The renewals never saw it, but the name was no longer this
+            // holder's when the work ended (released by force, or run out
+            // after the last renewal): another replica may have run the
+            // same work meanwhile. As much a loss as one seen by a renewal.
+            LostCause::NotHolder
+        } else {
+            return out.map_err(LockError::Lease);
+        };
+        tracing::warn!(
+            name = ?self.name,
+            term = handle.term(),
+            %cause,
+            "lock lost while its work ran"
+        );
+        match out {
+            Ok(output) => Err(LockError::Lost {
+                name: self.name.clone(),
+                cause,
+                output: Some(output),
+            }),
+            Err(e) if e.is_lost() => Err(LockError::Lost {
+                name: self.name.clone(),
+                cause,
+                output: None,
+            }),
+            Err(e) => Err(LockError::Lease(e)),
         }
-        release_detached(&handle).await;
-        out.map_err(LockError::Lease)
     }
 }
 
@@ -430,29 +436,14 @@ impl<T> LockError<T> {
 }
 
 impl<T> fmt::Debug for LockError<T> {
-    /// The work's output is shown only as present or not: `T` need not be
-    /// `Debug`.
+    /// The message and its causes on one line, as [`Error`]'s `Debug`, so
+    /// that a `main` returning the error prints something a person can
+    /// read. The work's output kept in [`LockError::Lost`] is not shown:
+    /// `T` need not be `Debug` (take it with [`into_output`](Self::into_output)).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::Held { name, by } => f
-                .debug_struct("Held")
-                .field("name", name)
-                .field("by", by)
-                .finish(),
-            LockError::Lost {
-                name,
-                cause,
-                output,
-            } => f
-                .debug_struct("Lost")
-                .field("name", name)
-                .field("cause", cause)
-                .field("output", &output.as_ref().map(|_| ".."))
-                .finish(),
-            LockError::Cancelled { name } => {
-                f.debug_struct("Cancelled").field("name", name).finish()
-            }
-            LockError::Lease(e) => f.debug_tuple("Lease").field(e).finish(),
+            LockError::Lease(e) => fmt::Debug::fmt(e, f),
+            other => fmt::Display::fmt(other, f),
         }
     }
 }
@@ -497,8 +488,41 @@ mod tests {
         let table = Arc::new(MemTable::new());
         let leases = Leases::from_arc(table.clone())
             .with_instance("me")
+            .unwrap()
             .with_fail_hook(|e| panic!("the fail hook was reached: {e}"));
         (table, leases)
+    }
+
+    /// What `Err(e.into())` out of a `main` returning `Box<dyn Error>`
+    /// prints: one line, no struct dump.
+    #[test]
+    fn debug_through_a_box_is_the_message_on_one_line() {
+        let lost: LockError<String> = LockError::Lost {
+            name: "lock:nightly-report".into(),
+            cause: LostCause::NotHolder,
+            output: Some("..".into()),
+        };
+        let boxed: Box<dyn std::error::Error> = lost.into();
+        assert_eq!(
+            format!("{boxed:?}"),
+            "lock \"lock:nightly-report\" was lost while its work ran (no longer this \
+             holder's): another replica may have run the same work"
+        );
+        let held: LockError<()> = LockError::Held {
+            name: "lock:x".into(),
+            by: None,
+        };
+        assert_eq!(format!("{held:?}"), held.to_string());
+        let db: LockError<()> = LockError::Lease(Error::Database {
+            op: crate::Op::Claim,
+            name: Some("lock:x".into()),
+            kind: crate::DbErrorKind::Connection,
+            source: "connection reset".into(),
+        });
+        assert_eq!(
+            format!("{db:?}"),
+            r#"claim of lease "lock:x" failed (connection failed): connection reset"#
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -544,6 +568,38 @@ mod tests {
             err.to_string(),
             r#"lock "lock:report" is held by "web-2" (term 1, 15.0s left)"#
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_released_by_force_after_its_last_renewal_is_lost_though_the_work_succeeded() {
+        let (table, leases) = setup();
+        let t = table.clone();
+        let err = leases
+            .lock("report")
+            .try_run(|ctx| async move {
+                // Before the first renewal (due at 2 s), an operator frees
+                // the name: the renewals never learn of it.
+                sleep(Duration::from_millis(500)).await;
+                let term = ctx.term();
+                assert!(
+                    crate::LeaseStore::force_release(&*t, "lock:report", term)
+                        .await
+                        .unwrap()
+                );
+                sleep(Duration::from_millis(300)).await;
+                assert!(!ctx.is_cancelled(), "no renewal ran since");
+                Ok::<u32, String>(7)
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+        match err {
+            LockError::Lost { cause, output, .. } => {
+                assert_eq!(cause, LostCause::NotHolder);
+                assert_eq!(output, Some(Ok(7)), "the work's output is kept");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -697,7 +753,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn run_waiting_takes_the_lock_once_its_holder_gives_it_back() {
         let (table, leases) = setup();
-        let other = Leases::from_arc(table.clone()).with_instance("web-2");
+        let other = Leases::from_arc(table.clone())
+            .with_instance("web-2")
+            .unwrap();
         let theirs = other.claim("lock:report").await.unwrap().unwrap();
         let release = tokio::spawn(async move {
             sleep(Duration::from_secs(7)).await;
@@ -781,7 +839,9 @@ mod tests {
         let ran = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for i in 0..16 {
-            let leases = Leases::from_arc(table.clone()).with_instance(format!("r{i}"));
+            let leases = Leases::from_arc(table.clone())
+                .with_instance(format!("r{i}"))
+                .unwrap();
             let ran = ran.clone();
             tasks.push(tokio::spawn(async move {
                 leases

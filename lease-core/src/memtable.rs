@@ -198,10 +198,12 @@ impl LeaseStore for MemTable {
 
     async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
         let holder = token.expose();
-        self.with(|state, _| {
+        self.with(|state, now| {
             state.releases += 1;
             match state.rows.get_mut(name) {
-                Some(row) if row.holder == holder => {
+                // Only a lease still held is given back: one released by
+                // force, or run out, was already gone.
+                Some(row) if row.holder == holder && row.expires_at_ms > now => {
                     row.expires_at_ms = 0;
                     true
                 }

@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn claims_renewals_losses_and_held_leases_are_counted() {
         let rec = recorded(|table| async move {
-            let leases = Leases::from_arc(table.clone()).with_instance("me");
+            let leases = Leases::from_arc(table.clone()).with_instance("me").unwrap();
             let h = leases.claim("lock:a").await.unwrap().unwrap();
             assert!(leases.claim("lock:a").await.unwrap().is_none());
             let holder = h.hold(&CancellationToken::new());
@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn locks_and_leadership_are_counted() {
         let rec = recorded(|table| async move {
-            let leases = Leases::from_arc(table.clone()).with_instance("me");
+            let leases = Leases::from_arc(table.clone()).with_instance("me").unwrap();
             leases.lock("a").try_run(|_| async {}).await.unwrap();
             let _ = table.steal("lock:b", "other", 15_000);
             assert!(leases.lock("b").try_run(|_| async {}).await.is_err());

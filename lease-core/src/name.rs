@@ -130,6 +130,7 @@ mod hostile {
     use tokio_util::sync::CancellationToken;
     use tracing_subscriber::fmt::MakeWriter;
 
+    use crate::memtable::MemTable;
     use crate::testing::{ScriptedStore, Step, ms, timings};
     use crate::{Error, Leases, NameError, UtcMillis};
 
@@ -221,7 +222,8 @@ mod hostile {
         let store = ScriptedStore::new([Step::Renew, Step::Fail, Step::Gone]);
         let leases = Leases::new(store.clone())
             .with_timings(timings())
-            .with_instance("test");
+            .with_instance("test")
+            .unwrap();
         for name in HOSTILE {
             let err = leases.claim(name).await.err().unwrap();
             // What an application does with the error: log it.
@@ -276,5 +278,90 @@ mod hostile {
             out.contains(r#"job\" term=99 forged=\"yes\u{2028}\u{202e}"#),
             "{out}"
         );
+    }
+
+    /// Issue 23, item 4: an instance id with a control character is
+    /// refused, and every instance id is logged escaped, this process's own
+    /// and the ones read off the table (another holder's, written by any
+    /// client).
+    #[tokio::test(start_paused = true)]
+    async fn instance_ids_are_refused_with_control_characters_and_logged_escaped() {
+        let logs = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(logs.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let table = Arc::new(MemTable::new());
+        for bad in HOSTILE {
+            let err = Leases::from_arc(table.clone())
+                .with_instance(bad)
+                .err()
+                .unwrap();
+            assert!(matches!(&err, Error::InvalidInstance { instance, .. } if instance == bad));
+            assert!(!err.to_string().contains(char::is_control), "{err}");
+        }
+
+        // Another client wrote a hostile instance on two rows.
+        let theirs = "web-9\nFORGED 2026-01-01T00:00:00Z  INFO line\x1b[2J";
+        let _ = table.steal("lock:report", theirs, 15_000);
+        let _ = table.steal("leader:billing", theirs, 15_000);
+        // This process's own: valid, but Display would let it forge a field.
+        let leases = Leases::from_arc(table.clone())
+            .with_timings(timings())
+            .with_instance("web-1\" term=99 forged=\"yes")
+            .unwrap();
+
+        let refused = leases
+            .lock("report")
+            .try_run(|_ctx| async {})
+            .await
+            .unwrap_err();
+        assert!(refused.is_held());
+        tracing::warn!(error = %refused, "what an application logs");
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        let stopper = tokio::spawn(async move {
+            sleep(ms(1_000)).await;
+            stop.cancel();
+        });
+        leases
+            .leader("billing")
+            .run(&shutdown, |ctx| async move { ctx.cancelled().await })
+            .await
+            .unwrap();
+        stopper.await.unwrap();
+        let own = leases.claim("own").await.unwrap().unwrap();
+        let holder = own.hold(&CancellationToken::new());
+        sleep(ms(100)).await;
+        holder.stop().await;
+        own.release().await.unwrap();
+
+        let out = logs.text();
+        for event in [
+            "lock held elsewhere",
+            "new leader observed",
+            "lease claimed",
+            "what an application logs",
+        ] {
+            assert!(out.contains(event), "no {event:?} in:\n{out}");
+        }
+        assert!(
+            !out.contains(|c: char| c != '\n' && c.is_control()),
+            "{out:?}"
+        );
+        for line in out.lines() {
+            assert!(
+                !line.starts_with("FORGED"),
+                "forged line {line:?} in:\n{out}"
+            );
+            assert!(
+                !line.contains("web-1\" term=99"),
+                "forged field in {line:?}"
+            );
+        }
+        assert!(out.contains(r#"web-9\nFORGED"#), "{out}");
+        assert!(out.contains(r#"web-1\" term=99 forged=\"yes"#), "{out}");
     }
 }

@@ -55,13 +55,20 @@ pub struct TableName {
 }
 
 /// Why a table name was refused: the name, and the rule it breaks.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid lease table name {name:?}: {reason}")]
 pub struct TableNameError {
     /// The name that was refused.
     pub name: String,
     /// The rule it breaks.
     pub reason: &'static str,
+}
+
+impl std::fmt::Debug for TableNameError {
+    /// The message, on one line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl TableName {

@@ -275,7 +275,8 @@ pub(crate) fn timings() -> Timings {
 pub(crate) async fn claimed(store: &ScriptedStore) -> (Leases, Handle) {
     let leases = Leases::new(store.clone())
         .with_timings(timings())
-        .with_instance("test");
+        .with_instance("test")
+        .unwrap();
     let handle = leases.claim("leader:test").await.unwrap().unwrap();
     (leases, handle)
 }
@@ -306,6 +307,7 @@ pub(crate) async fn claimed_recording(
     let leases = Leases::new(store.clone())
         .with_timings(timings)
         .with_instance("test")
+        .unwrap()
         .with_fail_hook(move |error| record.0.lock().unwrap().push(error.to_string()));
     let handle = leases.claim("leader:test").await.unwrap().unwrap();
     (handle, failures)

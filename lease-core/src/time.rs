@@ -58,9 +58,16 @@ impl UtcMillis {
 }
 
 /// A [`SystemTime`] too far from the UNIX epoch to count in `i64` milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the instant is too far from the UNIX epoch to count in milliseconds")]
 pub struct TimeOutOfRange;
+
+impl std::fmt::Debug for TimeOutOfRange {
+    /// The message, on one line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
 
 impl TryFrom<SystemTime> for UtcMillis {
     type Error = TimeOutOfRange;

@@ -46,22 +46,113 @@ use crate::error::Error;
 /// - a local deadline not shorter than the lease (a holder that cannot renew would
 ///   still believe it holds the name when the database lets another claim it).
 ///
+/// It also **refuses** what would let a holder act beside its successor, unless the
+/// caller accepts that [`Risk`] by name with [`TimingsBuilder::accept_risk`] (a
+/// test that plays the protocol out in milliseconds, say):
+///
+/// - [`Risk::NarrowMargin`]: a step-down margin, lease − deadline, under a
+///   hundredth of the lease. The holder counts its deadline on its own clock and
+///   the database its expiry on another; clocks slewed by NTP may each run up to
+///   0.05 % off, and the holder's runtime must be scheduled to step down, so the
+///   margin must leave room for both;
+/// - [`Risk::GraceOutlastsMargin`]: a grace longer than the margin: work that
+///   ignores a loss at the deadline could run on beside its successor for
+///   grace − margin before it is aborted;
+/// - [`Risk::NoGrace`]: a zero grace: work under a lost lease would be aborted
+///   at once, mid-statement, with no moment to roll back or stop, and work that
+///   blocks would end the process through the fail hook at every loss.
+///
 /// It **warns** (a `tracing` warning, and [`concerns`](Timings::concerns)) when the
-/// step-down margin, lease − deadline, is shorter than:
+/// margin is shorter than the statement timeout: a statement the holder sent just
+/// before its deadline may still be running on the server when the database frees
+/// the name. That does not let work act beside a successor (a guarded transaction
+/// keeps the successor's claim waiting on its row lock, and plain writes are not
+/// fenced at all), so it is a concern, not a refusal.
 ///
-/// - the statement timeout: a statement the holder sent just before its deadline
-///   may still be running on the server when the database frees the name (guarded
-///   transactions are bounded on the server; plain writes are not);
-/// - the grace: work that ignores a loss at the deadline may run on beside its
-///   successor for grace − margin before it is aborted.
+/// The defaults (margin 5 s, statement timeout 5 s, grace 5 s) meet every rule.
 ///
-/// The defaults (margin 5 s, statement timeout 5 s, grace 5 s) meet both.
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{Risk, Timings};
+///
+/// // A 1 ms margin for a 15 s lease: refused, naming the rule.
+/// let narrow = Timings::builder().deadline(Duration::from_millis(14_999));
+/// let err = narrow.clone().grace(Duration::from_millis(1)).build().unwrap_err();
+/// assert!(err.to_string().contains("hundredth of the lease"), "{err}");
+/// // A test may accept it, by name.
+/// let fast = narrow
+///     .grace(Duration::from_millis(1))
+///     .accept_risk(Risk::NarrowMargin)
+///     .build()?;
+/// assert_eq!(fast.deadline(), Duration::from_millis(14_999));
+/// # Ok::<(), lease_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Timings {
     lease: Duration,
     renew: Duration,
     deadline: Duration,
     grace: Duration,
+}
+
+/// A rule of [`Timings`] that keeps a holder from acting beside its
+/// successor, which [`TimingsBuilder::build`] refuses to break unless the
+/// caller accepts it by name ([`TimingsBuilder::accept_risk`]): for tests
+/// that play the protocol out in milliseconds, never for a deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Risk {
+    /// The step-down margin (lease − deadline) is under a hundredth of the
+    /// lease: no room for the two clocks' rates to differ, nor for the
+    /// holder's runtime to be scheduled at its deadline.
+    NarrowMargin,
+    /// The grace is longer than the step-down margin: work that ignores a
+    /// loss may run beside its successor for grace − margin.
+    GraceOutlastsMargin,
+    /// The grace is zero: work under a lost lease is aborted at once, and
+    /// blocking work ends the process at every loss.
+    NoGrace,
+}
+
+impl Risk {
+    const ALL: [Risk; 3] = [Risk::NarrowMargin, Risk::GraceOutlastsMargin, Risk::NoGrace];
+
+    fn bit(self) -> u8 {
+        match self {
+            Risk::NarrowMargin => 1,
+            Risk::GraceOutlastsMargin => 2,
+            Risk::NoGrace => 4,
+        }
+    }
+
+    /// Whether `timings` take this risk, and if so what it is, in words.
+    fn taken_by(self, t: &Timings) -> Option<String> {
+        let margin = t.lease.saturating_sub(t.deadline);
+        match self {
+            Risk::NarrowMargin if margin < t.lease / 100 => Some(format!(
+                "the step-down margin (lease {:?} - deadline {:?} = {margin:?}) is under a \
+                 hundredth of the lease: it leaves no room for the holder's and the \
+                 database's clocks to run at different rates, nor for the holder to be \
+                 scheduled at its deadline",
+                t.lease, t.deadline
+            )),
+            Risk::GraceOutlastsMargin if t.grace > margin => Some(format!(
+                "the grace ({:?}) outlasts the step-down margin (lease {:?} - deadline {:?} = \
+                 {margin:?}): work that ignores a loss could run beside its successor for up \
+                 to {:?}",
+                t.grace,
+                t.lease,
+                t.deadline,
+                t.grace - margin
+            )),
+            Risk::NoGrace if t.grace.is_zero() => Some(
+                "the grace is zero: work under a lost lease would be aborted at once, \
+                 mid-statement, and work that blocks would end the process at every loss"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// The shortest bound on a protocol statement outside of a renewal.
@@ -85,8 +176,8 @@ impl Timings {
     pub const MIN_RENEW: Duration = Duration::from_millis(1);
 
     /// What in these timings keeps the protocol's promises only narrowly (see
-    /// the rules above); empty for the defaults. [`TimingsBuilder::build`]
-    /// logs each as a warning.
+    /// the rules above), a [`Risk`] accepted included; empty for the
+    /// defaults. [`TimingsBuilder::build`] logs each as a warning.
     #[must_use]
     pub fn concerns(&self) -> Vec<String> {
         let margin = self.lease.saturating_sub(self.deadline);
@@ -101,14 +192,7 @@ impl Timings {
                 self.statement_timeout()
             ));
         }
-        if margin < self.grace {
-            concerns.push(format!(
-                "the step-down margin ({margin:?}) is shorter than the grace ({:?}): work that \
-                 ignores a loss may run beside its successor for up to {:?}",
-                self.grace,
-                self.grace - margin
-            ));
-        }
+        concerns.extend(Risk::ALL.iter().filter_map(|risk| risk.taken_by(self)));
         concerns
     }
 
@@ -116,6 +200,7 @@ impl Timings {
     pub fn builder() -> TimingsBuilder {
         TimingsBuilder {
             timings: Timings::default(),
+            accepted: 0,
         }
     }
 
@@ -225,7 +310,7 @@ impl Timings {
         Duration::from_secs(fifths.as_secs()).max(MIN_STATEMENT_TIMEOUT)
     }
 
-    fn check(self) -> Result<Self, Error> {
+    fn check(self, accepted: u8) -> Result<Self, Error> {
         let lease_whole = Duration::from_millis(u64::try_from(self.lease_ms()).unwrap_or(0));
         let problem = if self.lease_ms() < 1 {
             Some(format!(
@@ -259,7 +344,15 @@ impl Timings {
                 self.deadline, lease_whole
             ))
         } else {
-            None
+            Risk::ALL.iter().find_map(|risk| {
+                let taken = risk.taken_by(&self)?;
+                (accepted & risk.bit() == 0).then(|| {
+                    format!(
+                        "{taken}; change the timings, or accept it by name with \
+                         `accept_risk(Risk::{risk:?})` (tests only)"
+                    )
+                })
+            })
         };
         match problem {
             Some(p) => Err(Error::InvalidTimings(p)),
@@ -291,6 +384,8 @@ impl Default for Timings {
 #[must_use]
 pub struct TimingsBuilder {
     timings: Timings,
+    /// The [`Risk`]s accepted by name, one bit each.
+    accepted: u8,
 }
 
 impl TimingsBuilder {
@@ -318,15 +413,24 @@ impl TimingsBuilder {
         self
     }
 
+    /// Accepts `risk`: [`build`](Self::build) then lets timings that take it
+    /// through, with a warning. For tests that play the protocol out in
+    /// milliseconds; a deployment has no reason to.
+    pub fn accept_risk(mut self, risk: Risk) -> Self {
+        self.accepted |= risk.bit();
+        self
+    }
+
     /// Checks the combination.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidTimings`] naming the rule that is broken: a lease under
     /// 1 ms, a zero renew interval, a renew interval not shorter than the
-    /// deadline, or a deadline not shorter than the lease.
+    /// deadline, a deadline not shorter than the lease, or a [`Risk`] not
+    /// accepted.
     pub fn build(self) -> Result<Timings, Error> {
-        self.timings.check()
+        self.timings.check(self.accepted)
     }
 }
 
@@ -358,6 +462,7 @@ mod tests {
             .lease(ms(600))
             .renew(ms(50))
             .deadline(ms(300))
+            .grace(ms(100))
             .build()
             .unwrap();
         assert_eq!(t.statement_timeout(), Duration::from_secs(1));
@@ -378,6 +483,7 @@ mod tests {
                 .lease(Duration::from_secs(deadline_s * 2))
                 .renew(ms(500))
                 .deadline(Duration::from_secs(deadline_s))
+                .grace(ms(500))
                 .build()
                 .unwrap();
             assert_eq!(t.statement_timeout(), Duration::from_secs(statement_s));
@@ -418,13 +524,49 @@ mod tests {
         let concerns = narrow.concerns();
         assert_eq!(concerns.len(), 1, "{concerns:?}");
         assert!(concerns[0].contains("statement timeout"), "{concerns:?}");
-        let ignoring = Timings::builder()
-            .grace(Duration::from_secs(8))
-            .build()
-            .unwrap();
-        let concerns = ignoring.concerns();
-        assert_eq!(concerns.len(), 1, "{concerns:?}");
-        assert!(concerns[0].contains("up to 3s"), "{concerns:?}");
+    }
+
+    #[test]
+    fn each_risk_is_refused_naming_its_rule_unless_accepted_by_name() {
+        let cases = [
+            // A 1 ms margin for a 15 s lease (grace within it).
+            (
+                Timings::builder().deadline(ms(14_999)).grace(ms(1)),
+                Risk::NarrowMargin,
+                "hundredth of the lease",
+            ),
+            // A grace longer than the margin: the default 5 s over a 2 s margin.
+            (
+                Timings::builder().lease(ms(6_000)).deadline(ms(4_000)),
+                Risk::GraceOutlastsMargin,
+                "up to 3s",
+            ),
+            (
+                Timings::builder().grace(Duration::ZERO),
+                Risk::NoGrace,
+                "grace is zero",
+            ),
+        ];
+        for (builder, risk, words) in cases {
+            let err = builder.clone().build().unwrap_err();
+            assert!(matches!(err, Error::InvalidTimings(_)), "{risk:?}");
+            let text = err.to_string();
+            assert!(text.contains(words), "{risk:?}: {text}");
+            assert!(
+                text.contains(&format!("Risk::{risk:?}")),
+                "{risk:?}: {text}"
+            );
+            let other = Risk::ALL.into_iter().find(|r| *r != risk).unwrap();
+            assert!(
+                builder.clone().accept_risk(other).build().is_err(),
+                "{risk:?}: accepting another risk lets nothing through"
+            );
+            let accepted = builder.accept_risk(risk).build().unwrap();
+            assert!(
+                accepted.concerns().iter().any(|c| c.contains(words)),
+                "{risk:?}: an accepted risk is still a concern"
+            );
+        }
     }
 
     #[test]

@@ -132,6 +132,7 @@ impl MySqlStoreBuilder {
     ///     .lease(Duration::from_secs(6))
     ///     .renew(Duration::from_secs(1))
     ///     .deadline(Duration::from_secs(4))
+    ///     .grace(Duration::from_secs(2))
     ///     .build()?;
     /// let builder = MySqlStore::builder("mysql://app@db.internal/app")?.with_timings(&timings);
     /// let setup = builder.session_setup()?;
@@ -272,8 +273,9 @@ impl MySqlStoreBuilder {
     ///
     /// # Errors
     ///
-    /// As [`build`](Self::build) before any connection; [`MySqlError::Connect`],
-    /// [`MySqlError::TlsUnavailable`], [`MySqlError::ConnectTimeout`],
+    /// As [`build`](Self::build) before any connection; [`MySqlError::Connect`]
+    /// (the server refused, did not answer in time, or refused the login),
+    /// [`MySqlError::TlsUnavailable`],
     /// [`MySqlError::UnsupportedServer`] or [`MySqlError::IncompatibleTable`]
     /// from the first connection. None of them carries the password.
     ///
@@ -298,9 +300,13 @@ impl MySqlStoreBuilder {
                 server: server.clone(),
                 version,
             }),
-            Err(_) => Some(MySqlError::ConnectTimeout {
+            Err(_) => Some(MySqlError::Connect {
                 server: server.clone(),
-                after: connect_timeout,
+                failure: lease_core::ConnectFailure::TimedOut {
+                    after: connect_timeout,
+                    setting: "MySqlStoreBuilder::with_connect_timeout",
+                },
+                source: None,
             }),
         };
         if let Some(err) = failure {
@@ -441,7 +447,13 @@ fn parse_url(url: &str) -> Result<Opts, MySqlError> {
     if unencoded_userinfo(rest) {
         return Err(MySqlError::UnencodedPassword);
     }
-    Opts::from_url(&format!("mysql://{rest}")).map_err(|source| MySqlError::InvalidUrl { source })
+    Opts::from_url(&format!("mysql://{rest}")).map_err(|source| match source {
+        // The `url` crate's `ParseError::InvalidPort` (not re-exported).
+        mysql_async::UrlError::Parse(e) if e.to_string() == "invalid port number" => {
+            MySqlError::InvalidPort
+        }
+        source => MySqlError::InvalidUrl { source },
+    })
 }
 
 /// Whether `rest` (the URL after `://`) looks like a password with a `/`,
@@ -475,10 +487,7 @@ fn connect_error(server: &str, source: mysql_async::Error) -> MySqlError {
                 server: server.to_owned(),
             }
         }
-        source => MySqlError::Connect {
-            server: server.to_owned(),
-            source,
-        },
+        source => crate::error::connect_failure(server, source),
     }
 }
 

@@ -1,7 +1,5 @@
 //! The crate's error type.
 
-use std::time::Duration;
-
 /// What can go wrong building a [`MySqlStore`](crate::MySqlStore), or in a
 /// statement. A guarded transaction fails with
 /// [`GuardError`](lease_core::GuardError), whose `Database` variant carries
@@ -11,7 +9,7 @@ use std::time::Duration;
 /// password never reaches `Debug`, `Display` or a log line. The driver's
 /// error, when there is one, is the [`source`](std::error::Error::source),
 /// never repeated in the message.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum MySqlError {
     /// The URL's scheme is neither `mysql` nor `mariadb`.
@@ -40,6 +38,13 @@ pub enum MySqlError {
     )]
     UnencodedPassword,
 
+    /// The URL's port is not a number from 1 to 65535.
+    #[error(
+        "invalid MySQL connection URL: invalid port in the URL (a number from 1 to 65535 \
+         after the host, as in db:3306)"
+    )]
+    InvalidPort,
+
     /// The lease table name cannot be used as an identifier.
     #[error("invalid lease table name {name:?}: {reason}")]
     InvalidTableName {
@@ -53,15 +58,23 @@ pub enum MySqlError {
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
 
-    /// The first connection failed: server unreachable, credentials refused,
-    /// TLS handshake failed.
-    #[error("could not connect to the MySQL server at {server}")]
+    /// The first connection failed: server unreachable or too slow to
+    /// answer, credentials refused, TLS handshake failed. The message says
+    /// which, in the library's words, with what to try (see
+    /// [`ConnectFailure`](lease_core::ConnectFailure)).
+    #[error("{}", failure.describe("the MySQL server", server))]
     Connect {
         /// `host:port` (or the socket path).
         server: String,
-        /// The driver's error.
+        /// What went wrong, as far as the library can tell.
+        failure: lease_core::ConnectFailure,
+        /// What the driver reported, when it says more than `failure` does:
+        /// the server's message for refused credentials
+        /// (`mysql_async::ServerError`), the driver's error
+        /// (`mysql_async::Error`) for any other failure. `None` for a
+        /// refused connection and a timeout, which the message says all of.
         #[source]
-        source: mysql_async::Error,
+        source: Option<lease_core::BoxError>,
     },
 
     /// TLS is required (`require_ssl=true` or
@@ -74,15 +87,6 @@ pub enum MySqlError {
     TlsUnavailable {
         /// `host:port`.
         server: String,
-    },
-
-    /// The first connection did not complete in time.
-    #[error("connecting to the MySQL server at {server} took longer than {after:?}")]
-    ConnectTimeout {
-        /// `host:port`.
-        server: String,
-        /// The bound that passed.
-        after: Duration,
     },
 
     /// The server is older than the protocol supports.
@@ -116,11 +120,53 @@ impl MySqlError {
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
-            MySqlError::Connect { source, .. } => retryable(source),
-            MySqlError::ConnectTimeout { .. } => true,
+            MySqlError::Connect {
+                failure, source, ..
+            } => match failure.kind() {
+                Some(kind) => kind.is_retryable(),
+                None => source
+                    .as_deref()
+                    .and_then(|e| e.downcast_ref::<mysql_async::Error>())
+                    .is_none_or(retryable),
+            },
             MySqlError::Database(source) => retryable(source),
             _ => false,
         }
+    }
+}
+
+impl std::fmt::Debug for MySqlError {
+    /// The message and its causes on one line, as
+    /// [`Chain`](lease_core::Chain) shows them: what a `main` returning the
+    /// error prints.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&lease_core::Chain(self), f)
+    }
+}
+
+/// The error of the first connection, from what the driver reported: a
+/// refused connection and refused credentials in the library's words
+/// ([`ConnectFailure`](lease_core::ConnectFailure)), anything else as the
+/// driver said it.
+pub(crate) fn connect_failure(server: &str, error: mysql_async::Error) -> MySqlError {
+    use lease_core::ConnectFailure;
+
+    let (failure, source): (_, Option<lease_core::BoxError>) = match error {
+        mysql_async::Error::Io(mysql_async::IoError::Io(e))
+            if e.kind() == std::io::ErrorKind::ConnectionRefused =>
+        {
+            (ConnectFailure::Refused, None)
+        }
+        // Access denied (a wrong password, no such user), or to the database.
+        mysql_async::Error::Server(e) if matches!(e.code, 1044 | 1045 | 1698) => {
+            (ConnectFailure::Credentials, Some(Box::new(e)))
+        }
+        other => (ConnectFailure::Other, Some(Box::new(other))),
+    };
+    MySqlError::Connect {
+        server: server.to_owned(),
+        failure,
+        source,
     }
 }
 
@@ -130,8 +176,21 @@ pub(crate) fn classify(error: &(dyn std::error::Error + 'static)) -> lease_core:
     use lease_core::DbErrorKind;
 
     let driver = match error.downcast_ref::<MySqlError>() {
-        Some(MySqlError::Database(e) | MySqlError::Connect { source: e, .. }) => e,
-        Some(MySqlError::ConnectTimeout { .. }) => return DbErrorKind::Connection,
+        Some(MySqlError::Database(e)) => e,
+        Some(MySqlError::Connect {
+            failure, source, ..
+        }) => {
+            if let Some(kind) = failure.kind() {
+                return kind;
+            }
+            match source
+                .as_deref()
+                .and_then(|e| e.downcast_ref::<mysql_async::Error>())
+            {
+                Some(e) => e,
+                None => return DbErrorKind::Connection,
+            }
+        }
         Some(_) => return DbErrorKind::Other,
         None => match error.downcast_ref::<mysql_async::Error>() {
             Some(e) => e,

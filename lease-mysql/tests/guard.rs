@@ -268,6 +268,7 @@ async fn a_successors_claim_waits_for_the_guarded_transaction() {
         .lease(Duration::from_millis(400))
         .renew(Duration::from_millis(50))
         .deadline(Duration::from_millis(250))
+        .grace(Duration::from_millis(100))
         .build()
         .unwrap();
     let leases = Leases::new(store.clone()).with_timings(short);

@@ -168,6 +168,7 @@ async fn session_bounds_are_derived_from_the_timings() {
         .lease(Duration::from_secs(6))
         .renew(Duration::from_secs(1))
         .deadline(Duration::from_secs(4))
+        .grace(Duration::from_secs(2))
         .build()
         .unwrap();
     let tight = MySqlStore::builder(&url)

@@ -228,6 +228,7 @@ impl PostgresStoreBuilder {
     ///     .lease(Duration::from_secs(6))
     ///     .renew(Duration::from_secs(1))
     ///     .deadline(Duration::from_secs(4))
+    ///     .grace(Duration::from_secs(2))
     ///     .build()?;
     /// let builder = PostgresStore::builder("postgres://app@db.internal/app")?
     ///     .with_timings(&timings); // statement_timeout = 2 s
@@ -391,19 +392,17 @@ impl PostgresStoreBuilder {
     /// idle connection in the dropped store's pool.
     pub async fn connect(self) -> Result<PostgresStore, PostgresError> {
         let store = self.build()?;
-        let server = store
-            .inner
-            .target
-            .as_ref()
-            .map_or_else(|| "the given pool's server".to_owned(), Target::servers);
-        drop(
-            store
-                .inner
-                .pool
-                .get()
-                .await
-                .map_err(|source| PostgresError::Connect { server, source })?,
-        );
+        let (server, setting) = match store.inner.target.as_ref() {
+            Some(target) => (target.servers(), "connect_timeout"),
+            None => (
+                "the given pool's server".to_owned(),
+                "the pool's create timeout",
+            ),
+        };
+        let pool = &store.inner.pool;
+        drop(pool.get().await.map_err(|error| {
+            crate::error::connect_error(server, error, pool.timeouts(), setting)
+        })?);
         crate::replication::warn_if_unsafe(&store).await;
         Ok(store)
     }
@@ -528,13 +527,27 @@ fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
         .parse::<tokio_postgres::Config>()
         // The driver's messages name an option or a value's kind, never
         // the URL (so never its password).
-        .map_err(|e| invalid(e.to_string()))?;
+        .map_err(|e| invalid(driver_reason(&e)))?;
     Ok(UrlConfig {
         config,
         ssl_mode,
         root_cert,
         statement_mode,
     })
+}
+
+/// Why the driver refused a URL, in words a person can act on: its own
+/// message ("invalid connection string") says nothing of which part; its
+/// source names the option (`unknown option `x``).
+fn driver_reason(e: &tokio_postgres::Error) -> String {
+    match std::error::Error::source(e).map(ToString::to_string) {
+        Some(option) if option == "invalid value for option `port`" => {
+            "invalid port in the URL (a number from 1 to 65535 after the host, as in db:5432)"
+                .to_owned()
+        }
+        Some(option) => option,
+        None => e.to_string(),
+    }
 }
 
 /// Decodes `%XX` escapes; `None` for a malformed escape or invalid UTF-8.

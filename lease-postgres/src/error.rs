@@ -15,7 +15,7 @@ use std::path::PathBuf;
 ///
 /// No message, `Debug` output or source of this type ever contains the
 /// connection's password.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum PostgresError {
     /// The URL is not a `postgres://` or `postgresql://` URL, or one of its
@@ -65,16 +65,23 @@ pub enum PostgresError {
     #[error("cannot build the PostgreSQL connection pool")]
     Pool(#[source] deadpool_postgres::BuildError),
 
-    /// The first connection could not be opened: the server is unreachable,
-    /// refused the credentials, or the TLS handshake failed.
-    #[error("cannot connect to PostgreSQL at {server}")]
+    /// The first connection could not be opened: the server is unreachable
+    /// or did not answer in time, refused the credentials, or the TLS
+    /// handshake failed. The message says which, in the library's words,
+    /// with what to try (see [`ConnectFailure`](lease_core::ConnectFailure)).
+    #[error("{}", failure.describe("PostgreSQL", server))]
     Connect {
         /// The servers tried: `host:port` (or the socket directory), comma
         /// separated; never the password.
         server: String,
-        /// What the pool reported.
+        /// What went wrong, as far as the library can tell.
+        failure: lease_core::ConnectFailure,
+        /// What the driver or the pool reported, when it says more than
+        /// `failure` does: the server's message for refused credentials,
+        /// the driver's error for any other failure. `None` for a refused
+        /// connection and a timeout, which the message says all of.
         #[source]
-        source: deadpool_postgres::PoolError,
+        source: Option<lease_core::BoxError>,
     },
 
     /// A statement failed, or no connection could be had for it: see
@@ -91,7 +98,12 @@ impl PostgresError {
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
-            PostgresError::Connect { .. } => true,
+            PostgresError::Connect {
+                failure, source, ..
+            } => match failure.kind() {
+                Some(kind) => kind.is_retryable(),
+                None => source.as_deref().is_none_or(|e| classify(e).is_retryable()),
+            },
             PostgresError::Database(source) => classify(&**source).is_retryable(),
             _ => false,
         }
@@ -104,6 +116,82 @@ impl PostgresError {
             Ok(own) => *own,
             Err(other) => PostgresError::Database(other),
         }
+    }
+}
+
+impl std::fmt::Debug for PostgresError {
+    /// The message and its causes on one line, as
+    /// [`Chain`](lease_core::Chain) shows them: what a `main` returning the
+    /// error prints.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&lease_core::Chain(self), f)
+    }
+}
+
+/// The error of the first connection, from what the pool reported: a
+/// refused connection, a timeout and refused credentials in the library's
+/// words ([`ConnectFailure`]), anything else as the driver said it.
+pub(crate) fn connect_error(
+    server: String,
+    error: deadpool_postgres::PoolError,
+    timeouts: deadpool_postgres::Timeouts,
+    setting: &'static str,
+) -> PostgresError {
+    use deadpool_postgres::{PoolError, TimeoutType};
+    use lease_core::ConnectFailure;
+    use tokio_postgres::error::SqlState;
+
+    let timed_out = |after: Option<std::time::Duration>| PostgresError::Connect {
+        server: server.clone(),
+        failure: ConnectFailure::TimedOut {
+            after: after.unwrap_or(crate::DEFAULT_CONNECT_TIMEOUT),
+            setting,
+        },
+        source: None,
+    };
+    let error = match error {
+        PoolError::Timeout(TimeoutType::Create) => return timed_out(timeouts.create),
+        PoolError::Timeout(TimeoutType::Wait) => return timed_out(timeouts.wait),
+        PoolError::Timeout(TimeoutType::Recycle) => return timed_out(timeouts.recycle),
+        PoolError::Backend(e) => e,
+        other => {
+            return PostgresError::Connect {
+                server,
+                failure: ConnectFailure::Other,
+                source: Some(Box::new(other)),
+            };
+        }
+    };
+    let credentials = [
+        SqlState::INVALID_PASSWORD,
+        SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+    ];
+    if error.code().is_some_and(|code| credentials.contains(code)) {
+        return PostgresError::Connect {
+            server,
+            failure: ConnectFailure::Credentials,
+            // The server's message, without the driver's "db error" over it.
+            source: error.into_source(),
+        };
+    }
+    let io_kind = std::iter::successors(std::error::Error::source(&error), |e| e.source())
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    let failure = match io_kind {
+        Some(std::io::ErrorKind::ConnectionRefused) => ConnectFailure::Refused,
+        Some(std::io::ErrorKind::TimedOut) => {
+            return timed_out(timeouts.create);
+        }
+        _ => ConnectFailure::Other,
+    };
+    let source: Option<lease_core::BoxError> = match failure {
+        ConnectFailure::Other => Some(Box::new(error)),
+        _ => None,
+    };
+    PostgresError::Connect {
+        server,
+        failure,
+        source,
     }
 }
 

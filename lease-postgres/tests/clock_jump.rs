@@ -61,11 +61,13 @@ async fn trial(url: &str, file: &str, jump_s: i64, watch: Duration) -> Trial {
     let store = common::store_on_new_table(url).await;
     let holder = Leases::new(store.clone())
         .with_timings(timings())
-        .with_instance("holder");
+        .with_instance("holder")
+        .unwrap();
     holder.migrate().await.unwrap();
     let rival = Leases::new(store.clone())
         .with_timings(timings())
-        .with_instance("rival");
+        .with_instance("rival")
+        .unwrap();
     let handle = holder
         .claim("clock:jump")
         .await

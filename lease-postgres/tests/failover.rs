@@ -185,7 +185,8 @@ async fn a_second_holder_after_failover() {
         .unwrap();
     let a_leases = Leases::new(store_a)
         .with_timings(timings())
-        .with_instance("a");
+        .with_instance("a")
+        .unwrap();
     a_leases.migrate().await.unwrap();
     wait_for("the table on the standby", Duration::from_secs(10), || {
         let standby = &standby;
@@ -278,7 +279,8 @@ async fn a_second_holder_after_failover() {
         .unwrap();
     let b_leases = Leases::new(store_b)
         .with_timings(timings())
-        .with_instance("b");
+        .with_instance("b")
+        .unwrap();
     let a_view = Arc::new(a.clone());
     let promoted = Arc::new(AtomicBool::new(false));
     let b_task = {

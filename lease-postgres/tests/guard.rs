@@ -138,9 +138,10 @@ async fn a_stale_transaction_keeps_the_successor_waiting_until_it_ends() {
     let (store, business) = setup(&url).await;
     let holder = Leases::new(store.clone())
         .with_timings(short())
-        .with_instance("stale");
+        .with_instance("stale")
+        .unwrap();
     // The default timings: its claim may wait up to 5 s for the fence.
-    let rival = Leases::new(store.clone()).with_instance("rival");
+    let rival = Leases::new(store.clone()).with_instance("rival").unwrap();
     let h = holder.claim("fenced").await.unwrap().unwrap();
     let claimed_at = Instant::now();
     // Never cancelled: a holder frozen without its renewals.
@@ -700,9 +701,10 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
     let (store, business) = setup(&url).await;
     let holder = Leases::new(store.clone())
         .with_timings(short())
-        .with_instance("stale");
+        .with_instance("stale")
+        .unwrap();
     // The default timings: its claim may wait up to 5 s for the fence.
-    let rival = Leases::new(store.clone()).with_instance("rival");
+    let rival = Leases::new(store.clone()).with_instance("rival").unwrap();
     for rerun in [false, true] {
         let name = format!("cron:{rerun}");
         let slot = lease_core::UtcMillis::from_millis(1_000);

@@ -75,12 +75,14 @@ async fn a_holder_frozen_in_a_guarded_transaction_does_not_keep_the_name() {
     let timings = network::timings();
     let rival = Leases::new(stores.direct.clone())
         .with_timings(timings)
-        .with_instance("frozen-rival");
+        .with_instance("frozen-rival")
+        .unwrap();
     rival.migrate().await.unwrap();
     let name = format!("frozen:{}", stores.table);
     let handle = Leases::new(stores.proxied.clone())
         .with_timings(timings)
         .with_instance("frozen-holder")
+        .unwrap()
         .claim(&name)
         .await
         .unwrap()

@@ -1,5 +1,6 @@
 //! The errors of the scheduler.
 
+use std::fmt;
 use std::time::Duration;
 
 /// What can go wrong with a [`Scheduler`](crate::Scheduler): a job that
@@ -10,7 +11,7 @@ use std::time::Duration;
 /// What happens to a single round (refused, failed, cut short, the database
 /// not answering its claim) is not an error of the scheduler: it is logged
 /// (see the crate docs' table of events), and the scheduler goes on.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A job was registered with an empty name.
@@ -72,8 +73,17 @@ pub enum Error {
     },
 }
 
+impl fmt::Debug for Error {
+    /// The message and its causes on one line, as
+    /// [`Chain`](lease_core::Chain) shows them: what a `main` returning the
+    /// error prints.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&lease_core::Chain(self), f)
+    }
+}
+
 /// Why a schedule cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScheduleError {
     /// The expression is empty.
@@ -131,4 +141,44 @@ pub enum ScheduleError {
         /// The zone the job's option names.
         option: String,
     },
+}
+
+impl fmt::Debug for ScheduleError {
+    /// The message, on one line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `?` out of a `main` returning `Box<dyn Error>` prints: the
+    /// message and its cause on one line, no struct dump.
+    #[test]
+    fn debug_is_the_message_and_its_causes_on_one_line() {
+        let err = Error::InvalidSchedule {
+            job: "report".into(),
+            schedule: "@every never".into(),
+            source: ScheduleError::Period {
+                period: "never".into(),
+            },
+        };
+        let boxed: Box<dyn std::error::Error> = err.into();
+        assert_eq!(
+            format!("{boxed:?}"),
+            "scheduler job \"report\": cannot read the schedule \"@every never\": @every needs a \
+             period such as 90s, 5m, 1h30m or 500ms (units ms, s, m, h, d), not \"never\""
+        );
+        let err = Error::ShutdownTimedOut {
+            jobs: vec!["report".into()],
+            waited: Duration::from_secs(30),
+        };
+        assert_eq!(format!("{err:?}"), err.to_string());
+        let zone = ScheduleError::UnknownTimeZone {
+            zone: "Mars/Olympus".into(),
+        };
+        assert_eq!(format!("{zone:?}"), zone.to_string());
+    }
 }

@@ -219,11 +219,18 @@ impl Round {
 
 /// A round stopped before its end because its context ended: what
 /// [`Round::check`] returns.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("round of job {job:?} for {instant} cut short", instant = Rfc3339(*instant))]
 pub struct CutShort {
     /// The job.
     pub job: String,
     /// The round's instant.
     pub instant: UtcMillis,
+}
+
+impl fmt::Debug for CutShort {
+    /// The message, on one line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }

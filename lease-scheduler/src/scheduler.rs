@@ -55,7 +55,7 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 /// let shutdown = CancellationToken::new();
 /// let mut replicas = Vec::new();
 /// for instance in ["a", "b"] {
-///     let leases = Leases::from_arc(store.clone()).with_instance(instance);
+///     let leases = Leases::from_arc(store.clone()).with_instance(instance)?;
 ///     leases.migrate().await?;
 ///     let ran = ran.clone();
 ///     let scheduler = Scheduler::builder(leases)
@@ -286,13 +286,13 @@ impl Scheduler {
         }
         tracing::info!(
             jobs = inner.jobs.len(),
-            instance = %inner.leases.instance(),
+            instance = ?inner.leases.instance(),
             now = %Rfc3339(clock.now()),
             "scheduler started"
         );
         // At ERROR level, like the lease's own span, so that its field
         // reaches every event whatever level a subscriber filters at.
-        let span = tracing::error_span!("scheduler", instance = %inner.leases.instance());
+        let span = tracing::error_span!("scheduler", instance = ?inner.leases.instance());
         let running: Running = Arc::default();
         let mut tasks = JoinSet::new();
         let mut offers = HashMap::new();

@@ -50,7 +50,7 @@ async fn until(store: &TestStore, at_ms: i64) {
 }
 
 fn leases(store: &TestStore) -> Leases {
-    Leases::new(store.clone()).with_instance("a")
+    Leases::new(store.clone()).with_instance("a").unwrap()
 }
 
 async fn until_cancelled(round: Round) -> JobResult {

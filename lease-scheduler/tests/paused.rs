@@ -115,7 +115,7 @@ async fn until(store: &TestStore, at_ms: i64) {
 }
 
 fn leases(store: &TestStore, instance: &str) -> Leases {
-    Leases::new(store.clone()).with_instance(instance)
+    Leases::new(store.clone()).with_instance(instance).unwrap()
 }
 
 const NAME: &str = "cron:tick";

@@ -126,7 +126,8 @@ fn replica_process() {
         let store = open(&url, &table).await;
         let leases = Leases::from_arc(store)
             .with_timings(timings())
-            .with_instance(replica.clone());
+            .with_instance(replica.clone())
+            .unwrap();
         let mut builder =
             Scheduler::builder(leases.clone()).sweep_interval(Duration::from_millis(100));
         for i in 0..JOBS {

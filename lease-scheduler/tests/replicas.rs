@@ -155,7 +155,8 @@ fn replica(
 ) -> Replica {
     let leases = Leases::from_arc(store)
         .with_timings(timings())
-        .with_instance(name);
+        .with_instance(name)
+        .unwrap();
     let mut builder = Scheduler::builder(leases).sweep_interval(Duration::from_millis(100));
     for i in 0..JOBS {
         builder = builder.job(job(prefix, i, name, history));

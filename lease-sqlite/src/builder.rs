@@ -38,6 +38,26 @@ pub struct SqliteStoreBuilder {
     table: String,
     busy_timeout: Duration,
     synchronous: Synchronous,
+    open: OpenMode,
+}
+
+/// How a store opens its database file. See
+/// [`SqliteStoreBuilder::with_open_mode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OpenMode {
+    /// Read and write, creating the file when it is missing (the default):
+    /// what a service sharing the file needs.
+    #[default]
+    Create,
+    /// Read and write a file that exists: a missing one is
+    /// [`SqliteError::Missing`], and nothing is created.
+    Existing,
+    /// Read a file that exists, and never write it: every write is refused
+    /// by SQLite, and a missing file is [`SqliteError::Missing`]. For tools
+    /// that only look (the `lease` command's `ls`, `show`, `watch` and
+    /// `check`). The file is left in the journal mode it has.
+    ReadOnly,
 }
 
 /// How hard SQLite makes each commit durable on a file (`PRAGMA
@@ -70,7 +90,30 @@ impl SqliteStoreBuilder {
             table: DEFAULT_TABLE.to_owned(),
             busy_timeout: Timings::default().statement_timeout(),
             synchronous: Synchronous::Full,
+            open: OpenMode::Create,
         }
+    }
+
+    /// How the database file is opened (default [`OpenMode::Create`]):
+    /// [`OpenMode::ReadOnly`] for a tool that only looks, so that a
+    /// mistyped path is an error naming it rather than a new, empty
+    /// database. An in-memory database ignores it.
+    ///
+    /// ```
+    /// use lease_sqlite::{OpenMode, SqliteError, SqliteStoreBuilder};
+    ///
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let path = dir.path().join("typo.db");
+    /// let err = SqliteStoreBuilder::from_path(&path)
+    ///     .with_open_mode(OpenMode::ReadOnly)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(matches!(err, SqliteError::Missing { .. }));
+    /// assert!(!path.exists(), "nothing was created");
+    /// ```
+    pub fn with_open_mode(mut self, mode: OpenMode) -> Self {
+        self.open = mode;
+        self
     }
 
     /// A builder for the database file at `path`, created if missing (its
@@ -114,6 +157,7 @@ impl SqliteStoreBuilder {
     ///     .lease(Duration::from_secs(6))
     ///     .renew(Duration::from_secs(1))
     ///     .deadline(Duration::from_secs(4))
+    ///     .grace(Duration::from_secs(2))
     ///     .build()?;
     /// let store = SqliteStore::builder("sqlite::memory:")?
     ///     .with_timings(&timings) // busy timeout 2 s
@@ -188,10 +232,25 @@ impl SqliteStoreBuilder {
         let table = sql::table(&self.table)?;
         let (conn, path) = match self.database {
             Database::File(path) => {
-                create_private(&path);
-                let conn = Connection::open(&path).map_err(|source| SqliteError::Open {
-                    path: path.clone(),
-                    source,
+                use rusqlite::OpenFlags;
+
+                let access = match self.open {
+                    OpenMode::Create => {
+                        create_private(&path);
+                        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+                    }
+                    OpenMode::Existing => OpenFlags::SQLITE_OPEN_READ_WRITE,
+                    OpenMode::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+                };
+                if self.open != OpenMode::Create && !path.is_file() {
+                    return Err(SqliteError::Missing { path });
+                }
+                let flags = access | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                let conn = Connection::open_with_flags(&path, flags).map_err(|source| {
+                    SqliteError::Open {
+                        path: path.clone(),
+                        source,
+                    }
                 })?;
                 (conn, Some(path))
             }
@@ -214,7 +273,8 @@ impl SqliteStoreBuilder {
             Synchronous::Normal => sql::SYNCHRONOUS_NORMAL,
         };
         conn.execute_batch(pragma).map_err(failed)?;
-        if let Some(path) = &path {
+        let read_only = self.open == OpenMode::ReadOnly;
+        if let Some(path) = path.as_ref().filter(|_| !read_only) {
             let mode = switch_to_wal(&conn, self.busy_timeout).map_err(failed)?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(SqliteError::WalUnavailable {
@@ -457,5 +517,60 @@ mod tests {
             shown.contains(":memory:") && shown.contains("gst_leases"),
             "{shown}"
         );
+    }
+
+    /// A read-only store reads a file another store wrote (in WAL mode,
+    /// with no writer open any more), refuses every write, and never
+    /// creates a file; `Existing` writes but does not create either.
+    #[tokio::test]
+    async fn read_only_reads_refuses_writes_and_creates_nothing() {
+        use lease_core::Leases;
+
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("leases.db");
+        {
+            let writer = Leases::new(SqliteStore::open(&path).expect("opened"));
+            writer.migrate().await.expect("migrated");
+            let held = writer.claim("job").await.expect("claimed").expect("free");
+            assert_eq!(held.term(), 1);
+        }
+        let reader = Leases::new(
+            SqliteStoreBuilder::from_path(&path)
+                .with_open_mode(OpenMode::ReadOnly)
+                .connect()
+                .await
+                .expect("opened read-only"),
+        );
+        let info = reader.get("job").await.expect("read").expect("the row");
+        assert_eq!(info.term, 1);
+        let err = reader.claim("other").await.expect_err("a write");
+        assert_eq!(
+            err.db_kind(),
+            Some(lease_core::DbErrorKind::Permission),
+            "{err:?}"
+        );
+
+        for mode in [OpenMode::ReadOnly, OpenMode::Existing] {
+            let missing = dir.path().join(format!("typo-{mode:?}.db"));
+            let err = SqliteStoreBuilder::from_path(&missing)
+                .with_open_mode(mode)
+                .build()
+                .expect_err("a missing file");
+            assert!(matches!(err, SqliteError::Missing { .. }), "{err:?}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "no SQLite database at {}: the file does not exist",
+                    missing.display()
+                )
+            );
+            assert!(!missing.exists(), "{mode:?} created the file");
+        }
+        let existing = SqliteStoreBuilder::from_path(&path)
+            .with_open_mode(OpenMode::Existing)
+            .build()
+            .expect("opened");
+        let next = Leases::new(existing).claim("other").await.expect("a write");
+        assert!(next.is_some());
     }
 }

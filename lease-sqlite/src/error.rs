@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// methods) report the driver's error as it is, and
 /// [`Leases`](lease_core::Leases) wraps it in
 /// [`lease_core::Error::Database`], naming the operation and the lease.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum SqliteError {
     /// The table name is not a plain SQL identifier.
@@ -59,6 +59,15 @@ pub enum SqliteError {
         source: rusqlite::Error,
     },
 
+    /// The database file does not exist, and the store was asked not to
+    /// create it ([`OpenMode::Existing`](crate::OpenMode::Existing) or
+    /// [`OpenMode::ReadOnly`](crate::OpenMode::ReadOnly)).
+    #[error("no SQLite database at {}: the file does not exist", path.display())]
+    Missing {
+        /// The path given.
+        path: PathBuf,
+    },
+
     /// The database file could not be switched to write-ahead logging (some
     /// file systems cannot share the memory WAL needs).
     #[error("the SQLite database at {} stays in journal mode {mode:?}, not WAL", path.display())]
@@ -101,6 +110,15 @@ impl SqliteError {
             source.sqlite_error_code(),
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         )
+    }
+}
+
+impl std::fmt::Debug for SqliteError {
+    /// The message and its causes on one line, as
+    /// [`Chain`](lease_core::Chain) shows them: what a `main` returning the
+    /// error prints.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&lease_core::Chain(self), f)
     }
 }
 

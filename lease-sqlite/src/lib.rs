@@ -11,7 +11,7 @@ mod store;
 pub mod texts;
 mod transaction;
 
-pub use builder::{SCHEMES, SqliteStoreBuilder, Synchronous};
+pub use builder::{OpenMode, SCHEMES, SqliteStoreBuilder, Synchronous};
 pub use error::SqliteError;
 pub use lease_core::{GuardError, GuardStatement};
 pub use sql::DEFAULT_TABLE;

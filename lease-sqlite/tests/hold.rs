@@ -49,7 +49,8 @@ async fn fresh() -> (SqliteStore, Leases, Arc<Recording>) {
     });
     let leases = Leases::from_arc(recording.clone())
         .with_timings(timings())
-        .with_instance("sqlite-hold");
+        .with_instance("sqlite-hold")
+        .unwrap();
     leases.migrate().await.unwrap();
     (store, leases, recording)
 }

@@ -438,6 +438,7 @@ async fn the_busy_timeout_is_derived_from_the_timings() {
         .lease(Duration::from_secs(4))
         .renew(Duration::from_millis(500))
         .deadline(Duration::from_secs(2))
+        .grace(Duration::from_secs(2))
         .build()
         .unwrap();
     let store = SqliteStoreBuilder::from_path(&path)

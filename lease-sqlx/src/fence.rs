@@ -248,7 +248,10 @@ impl<'t, DB: FenceDatabase> GuardDriver for Driver<'_, '_, 't, DB> {
     fn classify(&self, error: &BoxError) -> DbErrorKind {
         match error.downcast_ref::<sqlx::Error>() {
             Some(e) => DB::classify(e),
-            None => match error.downcast_ref::<GuardError<Infallible>>() {
+            None => match error
+                .downcast_ref::<lease_core::BoxedGuardError>()
+                .map(|e| e.get())
+            {
                 Some(GuardError::Database { kind, .. }) => *kind,
                 _ => DbErrorKind::Other,
             },

@@ -23,6 +23,11 @@
 //!   were skipped, not run late;
 //! - the lock never ran on two replicas at once, its terms increasing.
 //!
+//! On a server database (a URL given), the demo keeps its leases in a table
+//! of its own, `lease_demo_<pid>`, and drops it at the end, so that it never
+//! writes into the database's `gst_leases`; with no URL it uses an SQLite
+//! file in a temporary directory.
+//!
 //! The timings are shortened (a 2.4 s lease instead of 15 s, renewals every
 //! 400 ms, a campaign every 0.5 s, a rerun sweep every 200 ms) so that the
 //! takeover and the rerun happen within seconds rather than the half minute
@@ -87,14 +92,68 @@ async fn main() -> BoxResult<()> {
     if args.get(1).map(String::as_str) == Some("--replica") {
         let id: usize = args.get(2).ok_or("replica id")?.parse()?;
         let url = args.get(3).ok_or("replica URL")?;
-        return replica(id, url).await;
+        let table = args.get(4).ok_or("replica table")?;
+        return replica(id, url, table).await;
     }
     let dir = tempfile::tempdir()?;
-    let url = match args.get(1) {
-        Some(url) => url.clone(),
-        None => format!("sqlite://{}", dir.path().join("demo.db").display()),
+    let (url, table) = match args.get(1) {
+        Some(url) => (url.clone(), format!("lease_demo_{}", std::process::id())),
+        None => (
+            format!("sqlite://{}", dir.path().join("demo.db").display()),
+            "gst_leases".to_owned(),
+        ),
     };
-    orchestrate(&url).await
+    let setup = dblease::connect_backend_on(&url, &table, &timings()?).await?;
+    let outcome = orchestrate(&url, &table, &setup).await;
+    if args.get(1).is_some() {
+        drop_table(&setup, &table).await?;
+        println!("dropped the demo's table {table}");
+    }
+    outcome
+}
+
+/// Drops the demo's own table on the database the user gave.
+async fn drop_table(backend: &dblease::Backend, table: &str) -> BoxResult<()> {
+    match backend {
+        #[cfg(feature = "postgres")]
+        dblease::Backend::Postgres(store) => {
+            let client = store.pool().get().await?;
+            client
+                .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+                .await?;
+        }
+        #[cfg(feature = "mysql")]
+        dblease::Backend::MySql(store) => {
+            use dblease::mysql::mysql_async::prelude::Queryable;
+            let mut conn = store.pool().get_conn().await?;
+            conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+                .await?;
+        }
+        #[cfg(feature = "sqlite")]
+        dblease::Backend::Sqlite(store) => {
+            let sql = format!("DROP TABLE IF EXISTS \"{table}\"");
+            let Some(path) = store.path() else {
+                return Ok(());
+            };
+            let conn = dblease::sqlite::rusqlite::Connection::open(path)?;
+            conn.execute_batch(&sql)?;
+        }
+        #[allow(unreachable_patterns, reason = "a build with every backend")]
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The database's kind and where it is, for the header: never a password.
+fn describe(backend: &dblease::Backend, url: &str) -> String {
+    let kind = match backend.name() {
+        "postgres" => "PostgreSQL",
+        "mysql" => "MySQL/MariaDB",
+        _ => "SQLite",
+    };
+    let at = url.split('@').next_back().unwrap_or(url);
+    let at = at.split_once("://").map_or(at, |(_, rest)| rest);
+    format!("{kind} ({at})")
 }
 
 // ---------------------------------------------------------------------------
@@ -102,11 +161,14 @@ async fn main() -> BoxResult<()> {
 // per thing it does; the orchestrator renders them and checks them.
 // ---------------------------------------------------------------------------
 
-async fn replica(id: usize, url: &str) -> BoxResult<()> {
+async fn replica(id: usize, url: &str, table: &str) -> BoxResult<()> {
     // The store's server-side bounds follow the same timings.
-    let leases = dblease::connect_with(url, timings()?)
+    let timings = timings()?;
+    let leases = dblease::connect_backend_on(url, table, &timings)
         .await?
-        .with_instance(format!("replica-{id}"));
+        .leases()
+        .with_timings(timings)
+        .with_instance(format!("replica-{id}"))?;
     // Runs until killed: the orchestrator ends every replica with SIGKILL.
     let shutdown = CancellationToken::new();
 
@@ -194,7 +256,8 @@ async fn replica(id: usize, url: &str) -> BoxResult<()> {
 // The orchestrator: starts the replicas, kills the leader mid-round, checks.
 // ---------------------------------------------------------------------------
 
-/// A line one replica printed, as the orchestrator heard it.
+/// A line one replica printed, as the orchestrator heard it: stamped as the
+/// orchestrator takes it, so that what it prints is in time order.
 #[derive(Debug)]
 struct Line {
     replica: usize,
@@ -202,10 +265,19 @@ struct Line {
     words: Vec<String>,
 }
 
+/// A line as its replica's reader passed it on, not stamped yet.
+#[derive(Debug)]
+struct Heard {
+    replica: usize,
+    words: Vec<String>,
+}
+
 /// One round of the job, as its replica told it.
 #[derive(Debug, Clone)]
 struct RoundSeen {
     replica: usize,
+    /// When its start was heard.
+    at: Instant,
     term: u64,
     rerun: bool,
     catch_up: bool,
@@ -255,6 +327,7 @@ impl Seen {
                 let instant: i64 = instant.parse()?;
                 let round = RoundSeen {
                     replica: line.replica,
+                    at: line.at,
                     term: term.parse()?,
                     rerun: rerun.parse()?,
                     catch_up: catch_up.parse()?,
@@ -327,10 +400,11 @@ fn spawn(
     exe: &std::path::Path,
     i: usize,
     url: &str,
-    tx: &mpsc::UnboundedSender<Line>,
+    table: &str,
+    tx: &mpsc::UnboundedSender<Heard>,
 ) -> BoxResult<Child> {
     let mut child = Command::new(exe)
-        .args(["--replica", &i.to_string(), url])
+        .args(["--replica", &i.to_string(), url, table])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
@@ -340,20 +414,26 @@ fn spawn(
         let mut lines = BufReader::new(stdout).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let words = line.split_whitespace().map(str::to_owned).collect();
-            let _ = tx.send(Line {
-                replica: i,
-                at: Instant::now(),
-                words,
-            });
+            let _ = tx.send(Heard { replica: i, words });
         }
     }));
     Ok(child)
 }
 
-async fn orchestrate(url: &str) -> BoxResult<()> {
-    let shown = url.split('@').next_back().unwrap_or(url);
+async fn orchestrate(url: &str, table: &str, setup: &dblease::Backend) -> BoxResult<()> {
     let t = timings()?;
-    println!("lease demo: {REPLICAS} replica processes on {shown}");
+    println!(
+        "lease demo: {REPLICAS} replica processes on {}",
+        describe(setup, url)
+    );
+    if table == "gst_leases" {
+        println!("leases in the table gst_leases of a database of the demo's own");
+    } else {
+        println!(
+            "leases in a table of the demo's own, {table}, dropped at the end (the database's \
+             gst_leases is left alone)"
+        );
+    }
     println!(
         "shortened timings, so that it takes seconds, not minutes: lease {:.1} s, renewal every \
          {:.1} s, a leader campaign every {:.1} s (+ up to {:.1} s), a rerun sweep every {} ms \
@@ -365,15 +445,15 @@ async fn orchestrate(url: &str) -> BoxResult<()> {
         SWEEP.as_millis()
     );
     println!("instants are times of day in UTC\n");
-    let setup = dblease::connect(url).await?;
+    let setup = setup.leases().with_timings(t);
     setup.migrate().await?;
     // Instants before this run (a database used before) are not checked.
     let first_checked = setup.now().await?.as_millis();
 
     let exe = std::env::current_exe()?;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Line>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Heard>();
     let mut children = (0..REPLICAS)
-        .map(|i| spawn(&exe, i, url, &tx))
+        .map(|i| spawn(&exe, i, url, table, &tx))
         .collect::<BoxResult<Vec<Child>>>()?;
     drop(tx);
 
@@ -383,47 +463,52 @@ async fn orchestrate(url: &str) -> BoxResult<()> {
     let kill_from = start + Duration::from_secs(4);
     let kill_by = start + Duration::from_secs(14);
     let mut seen = Seen::default();
+    // The leader to kill, its term and the instant of its round, once it
+    // started one: killed 100 ms later, well inside the round (400 ms).
+    let mut kill_at: Option<(Instant, usize, u64, i64)> = None;
     let mut killed: Option<(usize, u64, Instant, Option<i64>)> = None;
     let mut end_at = kill_by + Duration::from_secs(9);
 
     loop {
-        let wake = if killed.is_none() { kill_by } else { end_at };
+        let wake = match (killed, kill_at) {
+            (Some(_), _) => end_at,
+            (None, Some((at, ..))) => at,
+            (None, None) => kill_by,
+        };
         tokio::select! {
-            line = rx.recv() => {
-                let Some(line) = line else { break };
+            heard = rx.recv() => {
+                let Some(Heard { replica, words }) = heard else { break };
+                let line = Line { replica, at: Instant::now(), words };
                 let started = seen.take(&line, start)?;
-                if killed.is_some() || line.at < kill_from {
+                if killed.is_some() || kill_at.is_some() || line.at < kill_from {
                     continue;
                 }
                 let Some(&(leader, term, _)) = seen.leads.last() else { continue };
                 if let (Some(instant), true) = (started, line.replica == leader) {
-                    // Well inside the round (400 ms), not at its edge.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    children[leader].kill().await?;
-                    println!(
-                        "{:6.2}s  >>> killed replica-{leader} (SIGKILL) while it led at term {term}, \
-                         in its round of instant {}",
-                        start.elapsed().as_secs_f64(),
-                        hms(instant)
-                    );
-                    killed = Some((leader, term, Instant::now(), Some(instant)));
-                    end_at = Instant::now() + Duration::from_secs(8);
+                    kill_at = Some((line.at + Duration::from_millis(100), leader, term, instant));
                 }
             }
             () = tokio::time::sleep_until(wake.into()) => {
                 if killed.is_some() {
                     break;
                 }
-                // The leader ran no round in 10 s: kill it anyway.
-                let Some(&(leader, term, _)) = seen.leads.last() else {
-                    return Err("no replica became leader within 14 s".into());
+                let (leader, term, instant) = match kill_at {
+                    Some((_, leader, term, instant)) => (leader, term, Some(instant)),
+                    // The leader ran no round in 10 s: kill it anyway.
+                    None => match seen.leads.last() {
+                        Some(&(leader, term, _)) => (leader, term, None),
+                        None => return Err("no replica became leader within 14 s".into()),
+                    },
                 };
                 children[leader].kill().await?;
+                let round = instant
+                    .map(|i| format!(", in its round of instant {}", hms(i)))
+                    .unwrap_or_default();
                 println!(
-                    "{:6.2}s  >>> killed replica-{leader} (SIGKILL) while it led at term {term}",
-                    start.elapsed().as_secs_f64()
+                    "{:6.2}s  >>> killed replica-{leader} (SIGKILL) while it led at term {term}{round}",
+                    start.elapsed().as_secs_f64(),
                 );
-                killed = Some((leader, term, Instant::now(), None));
+                killed = Some((leader, term, Instant::now(), instant));
                 end_at = Instant::now() + Duration::from_secs(8);
             }
         }
@@ -446,10 +531,12 @@ fn check(
     cut: Option<i64>,
     first_checked: i64,
 ) -> BoxResult<()> {
-    println!("\nsummary");
+    println!("\nsummary, in the order it happened");
     let t = timings()?;
     let bound = t.lease() + CAMPAIGN + CAMPAIGN_JITTER;
     let mut ok = true;
+    // The takeover and the job's rerun, each with when it happened.
+    let mut events: Vec<(Instant, String)> = Vec::new();
 
     // The takeover.
     match seen.leads.iter().find(|(_, _, at)| *at > kill_time) {
@@ -461,17 +548,24 @@ fn check(
                 && new_term == term + 1
                 && after <= bound + Duration::from_millis(500);
             ok &= fine;
-            println!(
-                "  leader: replica-{new} leads at term {new_term}, {:.2} s after replica-{victim} \
-                 (term {term}) was killed; bound {:.1} s (lease + campaign pause)  {}",
-                after.as_secs_f64(),
-                bound.as_secs_f64(),
-                if fine { "ok" } else { "VIOLATED" }
-            );
+            events.push((
+                at,
+                format!(
+                    "  leader: replica-{new} leads at term {new_term}, {:.2} s after \
+                     replica-{victim} (term {term}) was killed; bound {:.1} s (lease + campaign \
+                     pause)  {}",
+                    after.as_secs_f64(),
+                    bound.as_secs_f64(),
+                    if fine { "ok" } else { "VIOLATED" }
+                ),
+            ));
         }
         None => {
             ok = false;
-            println!("  leader: no takeover seen after the kill  VIOLATED");
+            events.push((
+                kill_time,
+                "  leader: no takeover seen after the kill  VIOLATED".to_owned(),
+            ));
         }
     }
 
@@ -493,6 +587,7 @@ fn check(
         }
     }
     let mut rerun_line = String::from("no round of the job was running at the kill");
+    let mut rerun_at = kill_time;
     if let Some(instant) = cut {
         let reruns: Vec<&RoundSeen> = seen
             .rounds
@@ -501,6 +596,7 @@ fn check(
             .unwrap_or_default();
         match reruns.as_slice() {
             [r] if r.replica != victim => {
+                rerun_at = r.at;
                 rerun_line = format!(
                     "the round of {} cut short by the kill ran again exactly once, on replica-{} \
                      (term {})",
@@ -545,17 +641,32 @@ fn check(
         }
     }
     ok &= bad.is_empty();
-    println!(
-        "  cron:{JOB}: {once} instants, each run once; {rerun_line}; {} skipped while the dead \
-         replica's lease and then the rerun held the name ({})  {}",
-        skipped.len(),
-        skipped
-            .iter()
-            .map(|&i| hms(i))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if bad.is_empty() { "ok" } else { "VIOLATED" }
-    );
+    let skipped_line = match skipped.as_slice() {
+        [] => String::new(),
+        instants => format!(
+            "; {} came while the job's name was still held (by the killed replica's lease until \
+             it expired, then by the rerun) and {} skipped, as the scheduler does with an \
+             instant whose name is held: not run late, not queued",
+            instants
+                .iter()
+                .map(|&i| hms(i))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if instants.len() == 1 { "was" } else { "were" }
+        ),
+    };
+    events.push((
+        rerun_at,
+        format!(
+            "  cron:{JOB}: each of the {once} instants that ran, ran once; {rerun_line}\
+             {skipped_line}  {}",
+            if bad.is_empty() { "ok" } else { "VIOLATED" }
+        ),
+    ));
+    events.sort_by_key(|(at, _)| *at);
+    for (_, line) in &events {
+        println!("{line}");
+    }
     for b in &bad {
         println!("    {b}");
     }

@@ -24,15 +24,24 @@ pub use lease_sqlite as sqlite;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
 pub use lease_sqlx as sqlx;
 
+/// The workspace's README, whose examples are compiled (and the runnable
+/// ones run) as this crate's doctests, so that they stay true. Left out of
+/// every other build: the file is outside this package.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod workspace_readme {}
+
 /// The environment variable [`from_env`] reads the database URL from.
 pub const ENV_VAR: &str = "LEASE_DATABASE_URL";
 
 /// Why [`connect`] could not give a coordinator.
 ///
-/// Its `Display` is one line with the cause (`could not open the postgres lease
-/// store: cannot connect to PostgreSQL at db:5432: ...`), and so is its
-/// `Debug`, so that a `main` returning it prints something a person can read;
-/// never a password.
+/// Its `Display` is one line with each distinct cause once, in the
+/// library's words where the driver's are jargon, saying what to try
+/// (`could not connect to PostgreSQL: connection refused: is the server
+/// running on db:5432?`; the crate docs have a table of them), and so is its
+/// `Debug`, so that a `main` returning it prints something a person can
+/// read; never a password.
 #[non_exhaustive]
 pub enum ConnectError {
     /// The URL names a database this build was compiled without.
@@ -53,9 +62,10 @@ pub enum ConnectError {
     /// [`from_env`] found no URL.
     MissingEnv(&'static str),
     /// The backend refused the URL or could not connect. The backend's
-    /// error is part of the message (its whole cause chain, on one line), so
-    /// [`source`](std::error::Error::source) does not repeat it; downcast
-    /// `source` (this field) to the backend's error type to match on it.
+    /// error is the message (its whole cause chain, on one line, as
+    /// [`Chain`] shows it), so [`source`](std::error::Error::source) does
+    /// not repeat it; downcast `source` (this field) to the backend's error
+    /// type (`PostgresError`, `MySqlError`, `SqliteError`) to match on it.
     Backend {
         /// The backend: `sqlite`, `postgres` or `mysql`.
         backend: &'static str,
@@ -78,29 +88,18 @@ impl fmt::Display for ConnectError {
                  postgresql://, mysql://, mariadb://, sqlite://PATH or sqlite::memory:"
             ),
             ConnectError::MissingEnv(var) => write!(f, "the environment variable {var} is not set"),
-            ConnectError::Backend { backend, source } => {
-                write!(f, "could not open the {backend} lease store: {source}")?;
-                let mut cause = source.source();
-                while let Some(c) = cause {
-                    write!(f, ": {c}")?;
-                    cause = c.source();
-                }
-                Ok(())
-            }
+            // Every backend's errors name their database ("could not
+            // connect to PostgreSQL", "invalid MySQL connection URL",
+            // "cannot open the SQLite database").
+            ConnectError::Backend { source, .. } => fmt::Display::fmt(&Chain(&**source), f),
         }
     }
 }
 
 impl fmt::Debug for ConnectError {
-    /// The message and its causes on one line, as `Display` plus any source.
+    /// The message and its causes on one line, as [`Chain`] shows them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")?;
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
-        }
-        Ok(())
+        fmt::Display::fmt(&Chain(self), f)
     }
 }
 
@@ -202,7 +201,7 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), dblease::BoxError> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use dblease::{Backend, BoxError, GuardError, LeaseContext};
 ///
 /// let backend = dblease::connect_backend("sqlite::memory:").await?;
@@ -229,7 +228,8 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn LeaseStore>, ConnectErro
 /// match written {
 ///     Ok(rows) => assert_eq!(rows, 1),
 ///     Err(e) if e.is_lost() => { /* stop the work under this lease */ }
-///     Err(e) => return Err(e.into_boxed()),
+///     // `into_boxed` gives an `Error`, which converts into `Box<dyn Error>`.
+///     Err(e) => return Err(e.into_boxed().into()),
 /// }
 /// holder.stop().await;
 /// handle.release().await?;
@@ -260,14 +260,49 @@ pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
 ///
 /// Cancel safe: nothing is kept until it returns.
 pub async fn connect_backend_with(url: &str, timings: &Timings) -> Result<Backend, ConnectError> {
+    open(url, None, timings).await
+}
+
+/// [`connect_backend_with`], on the lease table `table` rather than the
+/// backend's default (`gst_leases`): for a service that keeps its leases in
+/// a table of its own (each backend's `with_table`: a plain identifier, or
+/// `schema.table` on PostgreSQL and MySQL).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let timings = dblease::Timings::default();
+/// let backend = dblease::connect_backend_on("sqlite::memory:", "billing_leases", &timings).await?;
+/// let leases = backend.leases().with_timings(timings);
+/// leases.migrate().await?; // creates billing_leases
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// As [`connect_store`]; [`ConnectError::Backend`] for a table name the
+/// backend refuses.
+///
+/// # Cancel safety
+///
+/// Cancel safe: nothing is kept until it returns.
+pub async fn connect_backend_on(
+    url: &str,
+    table: &str,
+    timings: &Timings,
+) -> Result<Backend, ConnectError> {
+    open(url, Some(table), timings).await
+}
+
+async fn open(url: &str, table: Option<&str>, timings: &Timings) -> Result<Backend, ConnectError> {
     let (backend, scheme) = backend_of(url)?;
     match backend {
         UrlDialect::ClickHouse => Err(ConnectError::Unsupported(Error::UnsupportedDatabase {
             database: "ClickHouse".to_owned(),
         })),
-        UrlDialect::Sqlite => open_sqlite(url, scheme, timings).await,
-        UrlDialect::Postgres => open_postgres(url, scheme, timings).await,
-        UrlDialect::MySql => open_mysql(url, scheme, timings).await,
+        UrlDialect::Sqlite => open_sqlite(url, scheme, table, timings).await,
+        UrlDialect::Postgres => open_postgres(url, scheme, table, timings).await,
+        UrlDialect::MySql => open_mysql(url, scheme, table, timings).await,
     }
 }
 
@@ -345,10 +380,17 @@ impl Backend {
 async fn open_sqlite(
     url: &str,
     _scheme: String,
+    table: Option<&str>,
     timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     let opened = match lease_sqlite::SqliteStore::builder(url) {
-        Ok(builder) => builder.with_timings(timings).connect().await,
+        Ok(builder) => {
+            let builder = match table {
+                Some(table) => builder.with_table(table),
+                None => builder,
+            };
+            builder.with_timings(timings).connect().await
+        }
         Err(e) => Err(e),
     };
     opened
@@ -363,6 +405,7 @@ async fn open_sqlite(
 async fn open_sqlite(
     _url: &str,
     scheme: String,
+    _table: Option<&str>,
     _timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
@@ -375,10 +418,17 @@ async fn open_sqlite(
 async fn open_postgres(
     url: &str,
     _scheme: String,
+    table: Option<&str>,
     timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     let opened = match lease_postgres::PostgresStore::builder(url) {
-        Ok(builder) => builder.with_timings(timings).connect().await,
+        Ok(builder) => {
+            let builder = match table {
+                Some(table) => builder.with_table(table),
+                None => builder,
+            };
+            builder.with_timings(timings).connect().await
+        }
         Err(e) => Err(e),
     };
     opened
@@ -393,6 +443,7 @@ async fn open_postgres(
 async fn open_postgres(
     _url: &str,
     scheme: String,
+    _table: Option<&str>,
     _timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
@@ -405,10 +456,17 @@ async fn open_postgres(
 async fn open_mysql(
     url: &str,
     _scheme: String,
+    table: Option<&str>,
     timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     let opened = match lease_mysql::MySqlStore::builder(url) {
-        Ok(builder) => builder.with_timings(timings).connect().await,
+        Ok(builder) => {
+            let builder = match table {
+                Some(table) => builder.with_table(table),
+                None => builder,
+            };
+            builder.with_timings(timings).connect().await
+        }
         Err(e) => Err(e),
     };
     opened
@@ -423,6 +481,7 @@ async fn open_mysql(
 async fn open_mysql(
     _url: &str,
     scheme: String,
+    _table: Option<&str>,
     _timings: &Timings,
 ) -> Result<Backend, ConnectError> {
     Err(ConnectError::FeatureDisabled {
@@ -474,6 +533,7 @@ pub async fn connect(url: &str) -> Result<Leases, ConnectError> {
 ///     .lease(Duration::from_secs(6))
 ///     .renew(Duration::from_secs(1))
 ///     .deadline(Duration::from_secs(4))
+///     .grace(Duration::from_secs(2))
 ///     .build()?;
 /// let leases = dblease::connect_with("sqlite::memory:", timings).await?;
 /// assert_eq!(leases.timings(), &timings);

@@ -2,6 +2,8 @@
 //! differs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: a panic is its failure report
 
+mod common;
+
 use dblease::{Leases, UtcMillis};
 
 /// What a service does with leases, written once.
@@ -63,13 +65,29 @@ async fn sqlite_by_url() {
     .await;
 }
 
+/// The scenario on a server, by each of its URL schemes, on a lease table
+/// of the test's own (a server's `gst_leases` is left alone); `connect`
+/// itself, the same URL on the default table, only reads.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn on_server(url: &str, scheme: &str, other: &str) {
+    dblease::connect(url)
+        .await
+        .unwrap()
+        .available()
+        .await
+        .unwrap();
+    let table = common::own_table(url);
+    for url in [url.to_owned(), url.replacen(scheme, other, 1)] {
+        let leases = common::leases_on(&url, &table.name, dblease::Timings::default()).await;
+        scenario(&leases, &url[..url.find(':').unwrap()]).await;
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_by_url() {
     if let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") {
-        scenario(&dblease::connect(&url).await.unwrap(), "postgres").await;
-        let postgresql = url.replacen("postgres://", "postgresql://", 1);
-        scenario(&dblease::connect(&postgresql).await.unwrap(), "postgresql").await;
+        on_server(&url, "postgres://", "postgresql://").await;
     }
 }
 
@@ -77,9 +95,7 @@ async fn postgres_by_url() {
 #[tokio::test]
 async fn mysql_by_url() {
     if let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") {
-        scenario(&dblease::connect(&url).await.unwrap(), "mysql").await;
-        let mariadb = url.replacen("mysql://", "mariadb://", 1);
-        scenario(&dblease::connect(&mariadb).await.unwrap(), "mariadb").await;
+        on_server(&url, "mysql://", "mariadb://").await;
     }
 }
 
@@ -89,20 +105,20 @@ async fn mysql_by_url() {
 #[tokio::test]
 async fn connection_errors_name_the_server_on_one_line_without_the_password() {
     let mut urls = vec![(
-        "sqlite",
+        "SQLite",
         "sqlite:///nonexistent-dir-for-lease-tests/sub/leases.db".to_owned(),
         "nonexistent-dir-for-lease-tests",
     )];
     if cfg!(feature = "postgres") {
         urls.push((
-            "postgres",
+            "PostgreSQL",
             "postgres://app:s3cret-pw@127.0.0.1:1/db?connect_timeout=2".to_owned(),
             "127.0.0.1:1",
         ));
     }
     if cfg!(feature = "mysql") {
         urls.push((
-            "mysql",
+            "MySQL",
             "mysql://app:s3cret-pw@127.0.0.1:1/db?prefer_socket=false&conn_ttl=1".to_owned(),
             "127.0.0.1:1",
         ));
@@ -140,6 +156,7 @@ fn tight() -> dblease::Timings {
         .lease(std::time::Duration::from_secs(6))
         .renew(std::time::Duration::from_secs(1))
         .deadline(std::time::Duration::from_secs(4))
+        .grace(std::time::Duration::from_secs(2))
         .build()
         .unwrap()
 }
@@ -171,7 +188,11 @@ async fn postgres_connect_with_derives_the_server_bounds() {
     assert_eq!(statement_timeout(&default).await, "5s");
     let leases = dblease::connect_with(&url, timings).await.unwrap();
     assert_eq!(leases.timings(), &timings);
-    scenario(&leases, "postgres-with").await;
+    // The same on a lease table of the test's own, where it writes.
+    let table = common::own_table(&url);
+    let own = common::backend_on(&url, &table.name, &timings).await;
+    assert_eq!(statement_timeout(&own).await, "2s");
+    scenario(&own.leases().with_timings(timings), "postgres-with").await;
 }
 
 /// The same on MariaDB: the sessions' lock wait is the timings' (1 s).

@@ -6,6 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use dblease::{
     Backend, BoxError, CancellationToken, EndCause, GuardError, LeaseContext, LostCause, Timings,
 };
@@ -110,11 +112,7 @@ async fn guarded(
 }
 
 fn unique(tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{tag}_{}_{}", std::process::id(), nanos % 1_000_000_000)
+    lease_testkit::unique(&format!("{tag}_"))
 }
 
 /// The program, written once: a guarded write under a held lease commits;
@@ -123,7 +121,9 @@ fn unique(tag: &str) -> String {
 /// as `Ended`; the work's own error comes back as `Work`. The error
 /// handling is the same code on every database.
 async fn program(url: &str, tag: &str) {
-    let backend = dblease::connect_backend(url).await.unwrap();
+    // The leases on a table of the test's own, never a server's gst_leases.
+    let lease_table = common::own_table(url);
+    let backend = common::backend_on(url, &lease_table.name, &Timings::default()).await;
     let leases = backend.leases();
     leases.migrate().await.unwrap();
     let table = unique(&format!("fenced_{tag}"));
@@ -289,7 +289,8 @@ async fn raw_commit(tx: RawTx) {
 /// for the raw transaction to commit, then wins with the next term; and the
 /// old handle's guard finds no row afterwards.
 async fn guard_by_hand(url: &str, tag: &str) {
-    let backend = dblease::connect_backend(url).await.unwrap();
+    let lease_table = common::own_table(url);
+    let backend = common::backend_on(url, &lease_table.name, &Timings::default()).await;
     let leases = backend.leases().with_timings(short());
     leases.migrate().await.unwrap();
     let name = format!("lock:{}", unique(&format!("by_hand_{tag}")));
@@ -434,8 +435,9 @@ async fn stalled_write(
 /// stale write is either there already or never comes.
 async fn no_stale_commit(url: &str, tag: &str) {
     const TRIALS: usize = 20;
-    let backend = dblease::connect_backend(url).await.unwrap();
-    let rival = dblease::connect_backend(url).await.unwrap();
+    let lease_table = common::own_table(url);
+    let backend = common::backend_on(url, &lease_table.name, &Timings::default()).await;
+    let rival = common::backend_on(url, &lease_table.name, &Timings::default()).await;
     let leases = backend.leases().with_timings(short());
     let rivals = rival.leases().with_timings(short());
     leases.migrate().await.unwrap();

@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod common;
+
 use dblease::{CancellationToken, Leases, Timings};
 
 const CHILD_ENV: &str = "LEASE_KILL_CHILD";
@@ -30,18 +32,19 @@ fn timings() -> Timings {
         .unwrap()
 }
 
-async fn leases(url: &str, instance: &str) -> Leases {
-    dblease::connect(url)
+/// A coordinator on the lease table of the test's own (never a server's
+/// `gst_leases`).
+async fn leases(url: &str, table: &str, instance: &str) -> Leases {
+    common::leases_on(url, table, timings())
         .await
-        .unwrap()
-        .with_timings(timings())
         .with_instance(instance)
+        .unwrap()
 }
 
 /// The child: campaigns for `name` forever, printing
 /// `LEADING <term> <claim time by the database clock>` when it wins.
-async fn child(url: String, name: String, instance: String) {
-    let leases = leases(&url, &instance).await;
+async fn child(url: String, table: String, name: String, instance: String) {
+    let leases = leases(&url, &table, &instance).await;
     let full = format!("leader:{name}");
     let never = CancellationToken::new();
     leases
@@ -67,9 +70,9 @@ struct Elector {
     leading: mpsc::Receiver<(u64, i64)>,
 }
 
-fn spawn(url: &str, name: &str, instance: &str) -> Elector {
+fn spawn(url: &str, table: &str, name: &str, instance: &str) -> Elector {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .env(CHILD_ENV, format!("{url}\n{name}\n{instance}"))
+        .env(CHILD_ENV, format!("{url}\n{table}\n{name}\n{instance}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -96,15 +99,16 @@ async fn scenario(url: &str) -> Result<(), String> {
         .as_nanos();
     let name = format!("kill-{}-{nanos}", std::process::id());
     let full = format!("leader:{name}");
-    let observer = leases(url, "observer").await;
+    let table = common::own_table(url);
+    let observer = leases(url, &table.name, "observer").await;
     observer.migrate().await.unwrap();
 
-    let mut first = spawn(url, &name, "kill-a");
+    let mut first = spawn(url, &table.name, &name, "kill-a");
     let (term, _) = first
         .leading
         .recv_timeout(Duration::from_secs(30))
         .map_err(|_| "the first elector did not lead within 30 s".to_owned())?;
-    let mut second = spawn(url, &name, "kill-b");
+    let mut second = spawn(url, &table.name, &name, "kill-b");
     tokio::time::sleep(Duration::from_secs(1)).await; // it campaigns, and follows
     first.child.kill().unwrap(); // SIGKILL: nothing given back
     let _ = first.child.wait().unwrap();
@@ -161,13 +165,14 @@ fn env_url(var: &str) -> Option<String> {
 fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        let mut parts = spec.splitn(3, '\n').map(str::to_owned);
-        let (url, name, instance) = (
+        let mut parts = spec.splitn(4, '\n').map(str::to_owned);
+        let (url, table, name, instance) = (
+            parts.next().unwrap(),
             parts.next().unwrap(),
             parts.next().unwrap(),
             parts.next().unwrap(),
         );
-        runtime.block_on(child(url, name, instance));
+        runtime.block_on(child(url, table, name, instance));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

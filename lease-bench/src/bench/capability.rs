@@ -112,11 +112,14 @@ async fn handover(leases: &Leases, crash: bool) -> BoxResult<Duration> {
             .as_nanos()
     );
     let (led, mut leading) = mpsc::unbounded_channel::<(char, Instant)>();
+    let replicas = (
+        leases.clone().with_instance("bench-a")?,
+        leases.clone().with_instance("bench-b")?,
+    );
     let start = |who: char, shutdown: &CancellationToken| {
         let led = led.clone();
+        let leases = if who == 'a' { &replicas.0 } else { &replicas.1 };
         let leader = leases
-            .clone()
-            .with_instance(format!("bench-{who}"))
             .leader(&name)
             .with_campaign_interval(CAMPAIGN, Duration::ZERO)
             .on_started_leading(move |_| {

@@ -183,7 +183,7 @@ async fn drop_table(url: &str, table: &str) {
 /// rounds last 20 s; says `START <instant> <rerun> <wall ms>` as each starts.
 async fn failover_child(url: &str, table: &str, job: &str, instance: &str) {
     let (store, _) = open(url, table).await;
-    let leases = Leases::from_arc(store).with_instance(instance);
+    let leases = Leases::from_arc(store).with_instance(instance).unwrap();
     let scheduler = Scheduler::builder(leases)
         .job(Job::new(job, "@every 40s", |round: Round| async move {
             println!(

@@ -286,10 +286,10 @@ pub(crate) async fn run(instance: &str, run: &str, plant: Plant, url: &str) -> B
     let me = Arc::new(Contender {
         leases: Leases::from_arc(raw)
             .with_timings(timings()?)
-            .with_instance(instance),
+            .with_instance(instance)?,
         recorded: Leases::new(recorded)
             .with_timings(timings()?)
-            .with_instance(instance),
+            .with_instance(instance)?,
         rec,
         plant,
         rng: Mutex::new(Rng::seeded()),

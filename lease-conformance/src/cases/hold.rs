@@ -143,7 +143,8 @@ pub async fn hold_steps_down_at_deadline_before_name_is_free(ctx: Ctx) {
     let unreachable = Arc::new(Intercepted::new(ctx.store(), Unreachable::default()));
     let leases = Leases::from_arc(unreachable.clone())
         .with_timings(timings)
-        .with_instance("conformance-unreachable-holder");
+        .with_instance("conformance-unreachable-holder")
+        .unwrap_or_else(|e| panic!("{e}"));
     let rival = ctx.leases();
     let name = ctx.name("out-of-reach");
     let h = claimed(&leases, &name, "no row exists for it yet").await;

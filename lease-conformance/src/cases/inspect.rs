@@ -38,7 +38,10 @@ pub async fn get_of_never_claimed_name_is_none(ctx: Ctx) {
 /// get of a held lease reads its name, instance and term, and the time left
 /// by the database's clock, in one statement.
 pub async fn get_of_held_lease_reads_instance_term_and_time_left(ctx: Ctx) {
-    let leases = ctx.leases().with_instance("reader-test-holder");
+    let leases = ctx
+        .leases()
+        .with_instance("reader-test-holder")
+        .unwrap_or_else(|e| panic!("{e}"));
     let name = ctx.name("held");
     let first = claimed(&leases, &name, "no row exists for it yet").await;
     ok(first.release().await, "release");
@@ -115,8 +118,14 @@ pub async fn get_of_released_lease_reads_released(ctx: Ctx) {
 
 /// After a takeover, get names the successor's instance and term.
 pub async fn get_after_takeover_names_the_successor(ctx: Ctx) {
-    let old = ctx.short_leases().with_instance("reader-test-old");
-    let new = ctx.leases().with_instance("reader-test-new");
+    let old = ctx
+        .short_leases()
+        .with_instance("reader-test-old")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let new = ctx
+        .leases()
+        .with_instance("reader-test-new")
+        .unwrap_or_else(|e| panic!("{e}"));
     let name = ctx.name("stolen");
     let first = claimed(&old, &name, "no row exists for it yet").await;
     ctx.sleep_past_short_lease().await;

@@ -14,6 +14,7 @@ pub async fn renew_keeps_name_past_lease_duration(ctx: Ctx) {
         .lease(Duration::from_millis(1_000))
         .renew(Duration::from_millis(100))
         .deadline(Duration::from_millis(600))
+        .grace(Duration::from_millis(400))
         .build();
     let holder = ctx.leases_with(ok(timings, "timings"));
     let rival = ctx.leases();

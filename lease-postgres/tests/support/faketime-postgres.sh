@@ -12,11 +12,18 @@
 #
 # Needs the Debian packages postgresql (the server binaries) and faketime,
 # installed here when missing, and root (the server runs as postgres).
+#
+# Another server's binaries, on another port and directory: PostgreSQL 18
+# from .ci/pg18.sh, say, as .ci/run starts it:
+#
+#   LEASE_FAKETIME_PG_BIN=/tmp/lease-pg18/bin LEASE_FAKETIME_PORT=5441 \
+#   LEASE_FAKETIME_DIR=/tmp/lease-faketime-pg18 \
+#     bash lease-postgres/tests/support/faketime-postgres.sh
 set -euo pipefail
 dir=${LEASE_FAKETIME_DIR:-/tmp/lease-faketime-pg}
 port=${LEASE_FAKETIME_PORT:-5440}
 
-if pg_isready -q -h 127.0.0.1 -p "$port"; then
+if pg_isready -q -h 127.0.0.1 -p "$port" 2>/dev/null; then
   echo "the faketime PostgreSQL is up on $port (offset file $dir/offset)"
   exit 0
 fi
@@ -26,7 +33,7 @@ if [ -z "$lib" ]; then
     || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y faketime >/dev/null; }
   lib=$(dpkg -L libfaketime | grep '/libfaketime.so.1$' | head -n1)
 fi
-bin=/usr/lib/postgresql/$(ls /usr/lib/postgresql | sort -V | tail -n1)/bin
+bin=${LEASE_FAKETIME_PG_BIN:-/usr/lib/postgresql/$(ls /usr/lib/postgresql | sort -V | tail -n1)/bin}
 
 rm -rf "$dir"
 mkdir -p "$dir"
@@ -38,5 +45,5 @@ runuser -u postgres -- env LD_PRELOAD="$lib" FAKETIME_TIMESTAMP_FILE="$dir/offse
   FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
   "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
   -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
-psql -q -h 127.0.0.1 -p "$port" -U postgres -c 'CREATE DATABASE test' postgres
-echo "the faketime PostgreSQL is up on $port (offset file $dir/offset)"
+"$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -c 'CREATE DATABASE test' postgres
+echo "the faketime PostgreSQL $("$bin/postgres" --version | awk '{print $3}') is up on $port (offset file $dir/offset)"
