@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::sync::{Mutex, PoisonError};
 
-use lease_core::guard::{self, GuardDriver};
+use lease_core::guard::{GuardDriver, check_found, drive};
 use lease_core::{
     BoxError, BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement, Handle,
     LeaseContext,
@@ -70,7 +70,7 @@ pub async fn guard_with<DB: FenceDatabase>(
     check_dialect::<DB, Infallible>(statement, handle.name())?;
     let params = handle.guard_params();
     match DB::run_guard(&mut **tx, statement.sql(), params).await {
-        Ok(found) => guard::check_found(handle, found),
+        Ok(found) => check_found(handle, found),
         Err(e) => Err(database(handle.name(), DB::classify(&e), e)),
     }
 }
@@ -144,7 +144,7 @@ where
         handle: ctx.handle(),
         source: Source::Pool(pool),
     };
-    guard::drive(ctx, &driver, work).await
+    drive(ctx, &driver, work).await
 }
 
 /// [`transaction`] on a transaction the caller began itself (on a pool, a
@@ -174,7 +174,7 @@ where
         handle: ctx.handle(),
         source: Source::Begun(Mutex::new(Some(tx))),
     };
-    guard::drive(ctx, &driver, work).await
+    drive(ctx, &driver, work).await
 }
 
 /// Where the transaction of a [`Driver`] comes from.
@@ -185,7 +185,7 @@ enum Source<'p, 't, DB: FenceDatabase> {
     Begun(Mutex<Option<Transaction<'t, DB>>>),
 }
 
-/// [`transaction`]'s and [`fenced`]'s mechanics, for [`guard::drive`]. sqlx
+/// [`transaction`]'s and [`fenced`]'s mechanics, for [`drive`]. sqlx
 /// has no cancel request: an abandoned transaction is dropped, and its
 /// connection sends the `ROLLBACK` as soon as the statement it runs ends.
 struct Driver<'h, 'p, 't, DB: FenceDatabase> {

@@ -53,9 +53,9 @@ use crate::handle::Handle;
 ///     async fn connect(&self) -> Result<(), std::io::Error> {
 ///         Ok(())
 ///     }
-///     async fn open<'c>(
+///     async fn open(
 ///         &self,
-///         _conn: &'c mut (),
+///         _conn: &mut (),
 ///         params: GuardParams<'_>,
 ///     ) -> Result<(Vec<String>, Option<u64>), std::io::Error> {
 ///         Ok((Vec::new(), u64::try_from(params.term).ok()))

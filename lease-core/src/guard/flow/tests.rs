@@ -116,9 +116,9 @@ impl GuardDriver for Scripted {
         self.act(self.script.connect).await
     }
 
-    async fn open<'c>(
+    async fn open(
         &self,
-        _conn: &'c mut (),
+        _conn: &mut (),
         params: GuardParams<'_>,
     ) -> Result<(Vec<&'static str>, Option<u64>), Failure> {
         assert_eq!(params.name, "job");
