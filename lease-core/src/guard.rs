@@ -16,7 +16,7 @@
 //! | --- | --- | --- |
 //! | `lease-postgres` | `\|tx: &mut deadpool_postgres::Transaction\| -> BoxFuture<'_, Result<T, E>>` | async driver |
 //! | `lease-mysql` | `\|tx: &mut mysql_async::Transaction\| -> BoxFuture<'_, Result<T, E>>` | async driver |
-//! | `lease-sqlite` | `\|tx: &rusqlite::Transaction\| -> Result<T, E>`, run on tokio's blocking pool | rusqlite is synchronous: its `Transaction` borrows a `Connection` that is neither `Sync` nor usable across an `.await` without blocking the runtime; the work runs on the blocking thread that holds the connection, and the context ending interrupts it |
+//! | `lease-sqlite` | `\|tx: &rusqlite::Transaction\| -> Result<T, E>`, run on the store's connection thread | rusqlite is synchronous: its `Transaction` borrows a `Connection` that is neither `Sync` nor usable across an `.await` without blocking the runtime; the work runs on the thread that owns the connection, in its turn in the connection's one queue, and the context ending interrupts it |
 //!
 //! 1. If `ctx` has ended already, nothing is sent: [`GuardError::Ended`] (or
 //!    [`GuardError::Lost`] when it ended with a loss).
