@@ -5,9 +5,12 @@
 //! (see the `conn` module) that holds the connection from `BEGIN IMMEDIATE`
 //! to its end, and takes its steps from the async side as
 //! [`lease_core::guard::drive`] asks for them, through a channel of its
-//! own: the guard, the work, then `COMMIT` or `ROLLBACK`. An abandoned
-//! session (its caller gone) rolls back and ends; the statement it runs is
-//! interrupted.
+//! own: the guard, then `COMMIT` or `ROLLBACK`. The work is synchronous and
+//! goes with the guard: the session runs it as the guard's answer goes back
+//! (only when the guard found the handle's term, the condition `drive` then
+//! checks), so the connection waits one round trip with the async side,
+//! for the commit, not three. An abandoned session (its caller gone) rolls
+//! back and ends; the statement it runs is interrupted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -121,7 +124,16 @@ impl SqliteStore {
         T: Send + 'static,
         E: Send + 'static,
     {
-        match guard::drive(ctx, &Driver(self), move |tx| on_session(tx, work)).await {
+        let (done, result) = oneshot::channel();
+        let work: Work = Box::new(move |tx| {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)));
+            let _ = done.send(outcome);
+        });
+        let driver = Driver {
+            store: self,
+            work: Mutex::new(Some(work)),
+        };
+        match guard::drive(ctx, &driver, move |_tx| worked(result)).await {
             Ok(value) => Ok(value),
             Err(GuardError::Work(Step::Work(e))) => Err(GuardError::Work(e)),
             Err(GuardError::Work(Step::Gone(e))) => Err(GuardError::database(
@@ -154,16 +166,21 @@ impl SqliteStore {
     }
 }
 
+/// The work of a guarded transaction, run on the connection thread; it
+/// sends its own outcome.
+type Work = Box<dyn FnOnce(&Transaction<'_>) + Send>;
+
 /// What the async side of a guarded transaction asks of its session.
 enum Command {
     /// `BEGIN IMMEDIATE` and the verification: the term of the row found.
+    /// When it is `term`, the session then runs `work`.
     Open {
         name: String,
         token: String,
+        term: u64,
+        work: Option<Work>,
         reply: oneshot::Sender<rusqlite::Result<Option<u64>>>,
     },
-    /// The work, on the open transaction; it sends its own answer.
-    Work(Box<dyn FnOnce(&Transaction<'_>) + Send>),
     /// `COMMIT`, and the session ends.
     Commit(oneshot::Sender<rusqlite::Result<()>>),
     /// `ROLLBACK`, and the session ends.
@@ -238,40 +255,22 @@ fn unreachable_work<E>() -> E {
     unreachable!("GuardError::Work is mapped before map_work")
 }
 
-/// The synchronous `work` as the flow's asynchronous one: sent to the
-/// session, its answer awaited.
-fn on_session<'a, T, E, F>(tx: &'a mut Tx<'_>, work: F) -> BoxFuture<'a, Result<T, Step<E>>>
+/// The outcome of the synchronous work, which the session ran after the
+/// guard, as the flow's asynchronous work: awaited, its panic resumed here.
+fn worked<'a, T, E>(
+    result: oneshot::Receiver<std::thread::Result<Result<T, E>>>,
+) -> BoxFuture<'a, Result<T, Step<E>>>
 where
-    F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
-    T: Send + 'static,
-    E: Send + 'static,
+    T: Send + 'a,
+    E: Send + 'a,
 {
-    Box::pin(tx.work(work))
-}
-
-impl Tx<'_> {
-    /// Runs `work` on the session's transaction, on the connection thread,
-    /// and resumes its panic here.
-    async fn work<T, E, F>(&mut self, work: F) -> Result<T, Step<E>>
-    where
-        F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let (reply, answer) = oneshot::channel();
-        let job = Box::new(move |tx: &Transaction<'_>| {
-            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)));
-            let _ = reply.send(done);
-        });
-        if self.0.commands.send(Command::Work(job)).is_err() {
-            return Err(Step::Gone(SessionError::Gone));
-        }
-        match answer.await {
+    Box::pin(async move {
+        match result.await {
             Ok(Ok(done)) => done.map_err(Step::Work),
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
             Err(_) => Err(Step::Gone(SessionError::Gone)),
         }
-    }
+    })
 }
 
 impl Session {
@@ -289,7 +288,11 @@ impl Session {
 }
 
 /// [`SqliteStore::transaction`]'s mechanics, for [`guard::drive`].
-struct Driver<'s>(&'s SqliteStore);
+struct Driver<'s> {
+    store: &'s SqliteStore,
+    /// The work, until it goes to the session with the guard.
+    work: Mutex<Option<Work>>,
+}
 
 impl GuardDriver for Driver<'_> {
     type Conn = Session;
@@ -304,9 +307,9 @@ impl GuardDriver for Driver<'_> {
             running: Mutex::new(false),
             stop: AtomicBool::new(false),
         });
-        let inner = Arc::clone(&self.0.inner);
+        let inner = Arc::clone(&self.store.inner);
         let on_thread = Arc::clone(&control);
-        self.0
+        self.store
             .queue(Box::new(move |conn| {
                 session(conn, &inner.sql.verify, &received, &on_thread);
             }))
@@ -320,10 +323,22 @@ impl GuardDriver for Driver<'_> {
         params: GuardParams<'_>,
     ) -> Result<(Tx<'c>, Option<u64>), SessionError> {
         let (name, token) = (params.name.to_owned(), params.token.expose().to_owned());
-        let term = conn
-            .ask(|reply| Command::Open { name, token, reply })
+        let term = u64::try_from(params.term).unwrap_or(u64::MAX);
+        let work = self
+            .work
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let found = conn
+            .ask(|reply| Command::Open {
+                name,
+                token,
+                term,
+                work,
+                reply,
+            })
             .await?;
-        Ok((Tx(conn), term))
+        Ok((Tx(conn), found))
     }
 
     async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), SessionError> {
@@ -337,7 +352,7 @@ impl GuardDriver for Driver<'_> {
     /// Interrupts the statement the session runs, if any, and ends it: the
     /// session rolls back at its next step, or as soon as the work returns.
     fn abandon(&self, conn: Session) {
-        conn.control.stop(self.0);
+        conn.control.stop(self.store);
     }
 
     fn classify(&self, error: &SessionError) -> DbErrorKind {
@@ -353,9 +368,10 @@ impl GuardDriver for Driver<'_> {
     }
 }
 
-/// A guarded transaction's session, on the connection thread: waits for
-/// its steps and runs them, until `COMMIT` or `ROLLBACK`, or until its
-/// caller is gone (the transaction then rolls back as it is dropped).
+/// A guarded transaction's session, on the connection thread: the guard,
+/// the work where the guard found the handle's term, then `COMMIT` or
+/// `ROLLBACK` as the caller asks, or nothing once the caller is gone (the
+/// transaction then rolls back as it is dropped).
 fn session(conn: &mut Connection, verify: &str, commands: &Receiver<Command>, control: &Control) {
     control.set_running(true);
     // Declared first, so dropped last: not running any more once the
@@ -365,7 +381,14 @@ fn session(conn: &mut Connection, verify: &str, commands: &Receiver<Command>, co
     if control.stopped() {
         return;
     }
-    let Ok(Command::Open { name, token, reply }) = commands.recv() else {
+    let Ok(Command::Open {
+        name,
+        token,
+        term,
+        work,
+        reply,
+    }) = commands.recv()
+    else {
         return;
     };
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
@@ -375,31 +398,30 @@ fn session(conn: &mut Connection, verify: &str, commands: &Receiver<Command>, co
             return;
         }
     };
-    let term = tx
+    let found = tx
         .query_row(verify, params![name, token], |row| term_at(row, 0))
         .optional();
-    let verified = term.is_ok();
-    let _ = reply.send(term);
-    if !verified {
+    // The work runs only where `drive` will let it: the guard found the
+    // handle's term (`drive` refuses, and rolls back, otherwise).
+    let verified = matches!(found, Ok(Some(found)) if found == term);
+    let failed = found.is_err();
+    let _ = reply.send(found);
+    if failed {
         return;
     }
-    while let Ok(command) = commands.recv() {
-        match command {
-            Command::Work(work) => {
-                if control.stopped() {
-                    return;
-                }
-                work(&tx);
-            }
-            Command::Commit(reply) => {
-                let _ = reply.send(tx.commit());
-                return;
-            }
-            Command::Rollback(reply) => {
-                let _ = reply.send(tx.rollback());
-                return;
-            }
-            Command::Open { .. } => return,
+    if verified && !control.stopped() {
+        if let Some(work) = work {
+            work(&tx);
         }
+    }
+    match commands.recv() {
+        Ok(Command::Commit(reply)) if !control.stopped() => {
+            let _ = reply.send(tx.commit());
+        }
+        Ok(Command::Rollback(reply)) => {
+            let _ = reply.send(tx.rollback());
+        }
+        // Abandoned: `tx` rolls back as it is dropped.
+        _ => {}
     }
 }
