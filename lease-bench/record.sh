@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole performance record in one run (issue 17, item 7): the bench
 # (every operation, the batch renewal and the capabilities, each beside its
-# floor) on SQLite, PostgreSQL, PostgreSQL via PgBouncer and MariaDB, then
+# floor: p50 and p99 ratios, the contended claims won per second on each
+# side, the round trips of each side counted on the wire, and on SQLite a
+# second floor on a connection per worker; issue 24, item 7) on SQLite,
+# PostgreSQL, PostgreSQL via PgBouncer and MariaDB, then
 # the scale runs (PostgreSQL 100,000 leases, pool 4; MariaDB and SQLite
 # 10,000; 60 s each), written as markdown to one file.
 #
@@ -71,6 +74,12 @@ bench=(target/release/bench --seconds "$seconds" --concurrency "$concurrency" --
   echo "SCALE_LEASES_PG=$scale_pg SCALE_LEASES=$scale_n SCALE_POOL=$scale_pool."
   echo
   echo "## Operations beside their floors"
+  echo
+  echo "Each row: the operation through lease-core (lease) and its statements by hand (hand SQL)"
+  echo "on the same pool, with \`SELECT 1\`; the p50 and p99 ratios (lease ÷ hand); for the contended"
+  echo "claim, the claims won per second on each side; on the servers, the round trips of one"
+  echo "operation of each side counted on the wire (a proxy parsing what the client sends). SQLite's"
+  echo "rows marked ⁵ are beside its second floor, a connection per worker."
   echo
   echo '```sh'
   printf '%q ' "${bench[@]}" | sed 's/ $//'

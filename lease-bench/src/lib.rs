@@ -22,7 +22,8 @@
 //!   binary and the benchmark's scheduler row);
 //! - [`soak`]: the soak itself, contender and orchestrator (the `soak`
 //!   binary only calls [`soak::main`]);
-//! - [`url`]: which backend a URL names, and the same URL through a proxy.
+//! - [`url`]: which backend a URL names, and the same URL through a proxy;
+//! - [`wire`]: round trips counted on the wire, from what a client sends.
 
 pub mod bench;
 pub mod check;
@@ -35,3 +36,4 @@ pub mod rounds;
 pub mod soak;
 pub mod stats;
 pub mod url;
+pub mod wire;

@@ -36,14 +36,14 @@ pub(crate) async fn lock_try_run(
         }
     })
     .await;
-    Row {
-        op: "lock try_run, empty body".to_owned(),
+    Row::noted(
+        "lock try_run, empty body".to_owned(),
         c,
-        lease: Some(lease),
-        hand: hand_claim_release,
+        Some(lease),
+        hand_claim_release,
         select1,
-        note: String::new(),
-    }
+        String::new(),
+    )
 }
 
 /// The campaign interval of the hand-over measurement: the successor's
@@ -67,14 +67,14 @@ pub(crate) async fn leader_handover(
         samples.push(handover(&target.leases, false).await?);
     }
     let lease = Summary::of(samples, 0, started.elapsed());
-    Ok(Row {
-        op: "leader hand-over ²".to_owned(),
-        c: 1,
-        lease: Some(lease),
-        hand: hand_claim_release,
+    Ok(Row::noted(
+        "leader hand-over ²".to_owned(),
+        1,
+        Some(lease),
+        hand_claim_release,
         select1,
-        note: "latency only".to_owned(),
-    })
+        "latency only".to_owned(),
+    ))
 }
 
 /// The leader's failover after a crash: the leader's campaign is dropped
@@ -87,18 +87,18 @@ pub(crate) async fn leader_failover(target: &Arc<Target>, select1: Summary) -> B
     let sample = handover(&target.leases, true).await?;
     let lease = Summary::of(vec![sample], 0, started.elapsed());
     let floor = target.leases.timings().lease();
-    Ok(Row {
-        op: "leader failover, crash ³".to_owned(),
-        c: 1,
-        lease: Some(lease),
-        hand: None,
+    Ok(Row::noted(
+        "leader failover, crash ³".to_owned(),
+        1,
+        Some(lease),
+        None,
         select1,
-        note: format!(
+        format!(
             "{} the {} s lease",
             ratio(sample.as_secs_f64(), floor.as_secs_f64()),
             floor.as_secs()
         ),
-    })
+    ))
 }
 
 /// One hand-over: leader `a` leads, follower `b` campaigns; then `a`
@@ -176,12 +176,12 @@ pub(crate) async fn scheduler_rounds(
     let per_second = rounds.per_second();
     let mut lease = Summary::of(rounds.late, 0, rounds.elapsed);
     lease.throughput = per_second;
-    Ok(Row {
-        op: format!("scheduler, {jobs} jobs/s ⁴"),
-        c: 1,
-        lease: Some(lease),
-        hand: hand_instant,
+    Ok(Row::noted(
+        format!("scheduler, {jobs} jobs/s ⁴"),
+        1,
+        Some(lease),
+        hand_instant,
         select1,
-        note: "rate set by the jobs".to_owned(),
-    })
+        "rate set by the jobs".to_owned(),
+    ))
 }

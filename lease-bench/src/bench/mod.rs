@@ -45,12 +45,19 @@
 //!   `--batch` held leases per call, beside the same batch statement by
 //!   hand (PostgreSQL's `UPDATE ... FROM unnest(..) RETURNING`, SQLite's
 //!   `UPDATE ... WHERE (name, holder) IN (VALUES ..) RETURNING`, MariaDB's
-//!   `UPDATE` and read in one transaction); latency per call, ops/s in
+//!   `UPDATE`, and a read of the rows held only when it matched fewer rows
+//!   than the batch has leases); latency per call, ops/s in
 //!   leases renewed per second.
 //!
 //! SQLite's store runs on one connection of its own, which nothing outside
 //! it can reach: its floor runs on a second connection to the same file,
-//! used the same way (one connection, off the runtime). The guarded
+//! used the same way (one connection, off the runtime), and again on a
+//! connection per worker (an application's own pool; rows marked ⁵).
+//!
+//! Each row also says, for the contended claim, the claims won per second
+//! on each side, and, on the servers, the round trips of one operation of
+//! each side counted on the wire (through a TCP proxy that parses what the
+//! client sends: [`crate::wire`]). The guarded
 //! transaction's floor is the same transaction unguarded, its `UPDATE`
 //! prepared as the guarded work prepares it (SQLite: `BEGIN IMMEDIATE`, as
 //! `SqliteStore::transaction` begins).
@@ -65,6 +72,7 @@ pub mod cell;
 mod ops;
 mod table;
 mod target;
+mod trips;
 
 use std::error::Error;
 use std::time::Duration;
@@ -249,8 +257,9 @@ async fn bench(options: Options) -> BoxResult<()> {
          Floors measured in the same run on the same pool: the operation's statements written by hand, and SELECT 1."
     );
     for (url, label) in &urls {
-        let target = Target::open(url, label.as_deref(), synchronous).await?;
-        run_backend(target, &concurrency, cell, &extra).await?;
+        let target = Target::open(url, label.as_deref(), synchronous, POOL).await?;
+        let trips = trips::measure(url, synchronous, batch).await?;
+        run_backend(target, &concurrency, cell, &extra, trips.as_ref()).await?;
     }
     Ok(())
 }

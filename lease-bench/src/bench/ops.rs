@@ -11,7 +11,8 @@ use dblease::{CancellationToken, Handle, LeaseContext, Token, UtcMillis};
 use super::capability;
 use super::cell::cell;
 use super::table::{Row, print_rows, sort_rows};
-use super::target::{Params, Target};
+use super::target::{Params, Raw, Target};
+use super::trips::Trips;
 use super::{BoxError, BoxResult, RENEW_ROWS};
 use crate::stats::Summary;
 
@@ -22,6 +23,7 @@ pub(crate) async fn run_backend(
     concurrency: &[usize],
     time: Duration,
     extra: &Extra,
+    trips: Option<&Trips>,
 ) -> BoxResult<()> {
     let target = Arc::new(target);
     println!("\n### {} ({})\n", target.label, target.note);
@@ -36,14 +38,14 @@ pub(crate) async fn run_backend(
     for &c in concurrency {
         let select1 = select1(&target, c, time).await;
         let claims = claim_release(&target, c, time, select1).await;
-        let hand_claim = claims.hand;
-        rows.push(claims);
-        rows.push(renew(&target, c, time, select1).await?);
-        rows.push(contended(&target, c, time, select1).await);
+        let hand_claim = claims.first().and_then(|r| r.hand);
+        rows.extend(claims);
+        rows.extend(renew(&target, c, time, select1).await?);
+        rows.extend(contended(&target, c, time, select1).await);
         let instants = instant(&target, c, time, select1, &slots).await;
-        let hand_instant = instants.hand;
-        rows.push(instants);
-        rows.push(guarded(&target, c, time, select1).await?);
+        let hand_instant = instants.first().and_then(|r| r.hand);
+        rows.extend(instants);
+        rows.extend(guarded(&target, c, time, select1).await?);
         if extra.capabilities {
             rows.push(capability::lock_try_run(&target, c, time, select1, hand_claim).await);
         }
@@ -70,6 +72,11 @@ pub(crate) async fn run_backend(
         }
     }
     sort_rows(&mut rows);
+    if let Some(trips) = trips {
+        for row in &mut rows {
+            row.trips = trips.of(&row.op);
+        }
+    }
     print_rows(&rows);
     target.cleanup().await;
     Ok(())
@@ -182,74 +189,198 @@ async fn renew_many(
         s.throughput *= batch as f64;
         s
     };
-    Ok(Row {
-        op: format!("renew_many, {batch}/call ¹"),
-        c: 1,
-        lease: Some(per_lease(lease)),
-        hand: Some(per_lease(hand)),
+    Ok(Row::new(
+        format!("renew_many, {batch}/call ¹"),
+        1,
+        per_lease(lease),
+        per_lease(hand),
         select1,
-        note: String::new(),
-    })
+    ))
 }
 
 /// The floor under everything: `SELECT 1` on the same pool.
 async fn select1(target: &Arc<Target>, c: usize, time: Duration) -> Summary {
     let t = target.clone();
-    cell(c, time, move |_| {
+    cell(c, time, move |w| {
         let t = t.clone();
-        async move { t.exec("SELECT 1", Params::None).await.map(drop) }
+        async move { t.raw.exec(w, "SELECT 1", Params::None).await.map(drop) }
     })
     .await
 }
 
-/// Claim + release of distinct names, one per worker.
-async fn claim_release(target: &Arc<Target>, c: usize, time: Duration, select1: Summary) -> Row {
+/// One claim + release of worker `w`'s own name through `lease-core`.
+pub(crate) async fn lease_claim_release(t: &Target, w: usize) -> BoxResult<()> {
+    let h = t
+        .leases
+        .claim(&format!("bench:distinct:{w}"))
+        .await?
+        .ok_or("refused")?;
+    h.release().await?;
+    Ok(())
+}
+
+/// One claim + release of worker `w`'s own name by hand, on `raw`.
+pub(crate) async fn hand_claim_release(t: &Target, raw: &Raw, w: usize) -> BoxResult<()> {
+    let name = format!("bench:distinct:{w}");
+    let holder = format!("hand-{w}");
+    let n = raw
+        .exec(
+            w,
+            &t.sql.claim,
+            Params::Three(holder.clone(), "bench".into(), name.clone()),
+        )
+        .await?;
+    if n != 1 {
+        return Err("hand claim refused".into());
+    }
+    let _ = raw
+        .exec(w, &t.sql.release, Params::Two(name, holder))
+        .await?;
+    Ok(())
+}
+
+/// The contended name.
+const CONTENDED: &str = "bench:contended";
+
+/// One claim of the contended name through `lease-core`, released at once
+/// when won; whether it was.
+pub(crate) async fn lease_contended(t: &Target) -> BoxResult<bool> {
+    match t.leases.claim(CONTENDED).await? {
+        Some(h) => {
+            h.release().await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// One claim of the contended name by hand on `raw`, released at once when
+/// won; whether it was.
+pub(crate) async fn hand_contended(t: &Target, raw: &Raw, w: usize) -> BoxResult<bool> {
+    let holder = format!("hand-{w}");
+    let name = CONTENDED.to_owned();
+    let n = raw
+        .exec(
+            w,
+            &t.sql.claim,
+            Params::Three(holder.clone(), "bench".into(), name.clone()),
+        )
+        .await?;
+    if n == 1 {
+        let _ = raw
+            .exec(w, &t.sql.release, Params::Two(name, holder))
+            .await?;
+    }
+    Ok(n == 1)
+}
+
+/// One instant claim + finish of worker `w`'s job at `slot` through
+/// `lease-core`.
+pub(crate) async fn lease_instant(t: &Target, w: usize, slot: i64) -> BoxResult<()> {
+    let h = t
+        .leases
+        .claim_instant(&format!("bench:job:{w}"), UtcMillis::from_millis(slot))
+        .await?
+        .ok_or("instant refused")?;
+    h.finish(UtcMillis::from_millis(slot)).await?;
+    Ok(())
+}
+
+/// One instant claim + finish of worker `w`'s job at `slot` by hand on `raw`.
+pub(crate) async fn hand_instant(t: &Target, raw: &Raw, w: usize, slot: i64) -> BoxResult<()> {
+    let name = format!("bench:job:{w}");
+    let holder = format!("hand-{w}");
+    let n = raw
+        .exec(
+            w,
+            &t.sql.instant_claim,
+            Params::Slot(holder.clone(), "bench".into(), slot, name.clone()),
+        )
+        .await?;
+    if n != 1 {
+        return Err("hand instant claim refused".into());
+    }
+    let _ = raw
+        .exec(w, &t.sql.finish, Params::Two(name, holder))
+        .await?;
+    Ok(())
+}
+
+/// One renewal of `h` by hand on `raw`, for worker `w`.
+pub(crate) async fn hand_renew(t: &Target, raw: &Raw, w: usize, h: &Handle) -> BoxResult<()> {
+    // Not checked: without CLIENT_FOUND_ROWS, MySQL counts a renewal in
+    // the same millisecond as changing nothing.
+    let _ = raw
+        .exec(
+            w,
+            &t.sql.renew,
+            Params::Two(h.name().to_owned(), h.token().expose().to_owned()),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Claim + release of distinct names, one per worker, beside each floor.
+async fn claim_release(
+    target: &Arc<Target>,
+    c: usize,
+    time: Duration,
+    select1: Summary,
+) -> Vec<Row> {
     let t = target.clone();
     let lease = cell(c, time, move |w| {
         let t = t.clone();
-        async move {
-            let name = format!("bench:distinct:{w}");
-            let h = t.leases.claim(&name).await?.ok_or("refused")?;
-            h.release().await?;
-            Ok(())
-        }
+        async move { lease_claim_release(&t, w).await }
     })
     .await;
-    let t = target.clone();
-    let hand = cell(c, time, move |w| {
-        let t = t.clone();
-        async move {
-            let name = format!("bench:distinct:{w}");
-            let holder = format!("hand-{w}");
-            let n = t
-                .exec(
-                    &t.sql.claim,
-                    Params::Three(holder.clone(), "bench".into(), name.clone()),
-                )
-                .await?;
-            if n != 1 {
-                return Err("hand claim refused".into());
-            }
-            let _ = t.exec(&t.sql.release, Params::Two(name, holder)).await?;
-            Ok(())
-        }
-    })
-    .await;
-    Row {
-        op: "claim + release".to_owned(),
-        c,
-        lease: Some(lease),
-        hand: Some(hand),
-        select1,
-        note: String::new(),
+    let mut rows = Vec::new();
+    for (i, mark) in floor_marks(target) {
+        let t = target.clone();
+        let hand = cell(c, time, move |w| {
+            let t = t.clone();
+            async move { hand_claim_release(&t, floor(&t, i), w).await }
+        })
+        .await;
+        rows.push(Row::new(
+            format!("claim + release{mark}"),
+            c,
+            lease,
+            hand,
+            select1,
+        ));
     }
+    rows
+}
+
+/// The floors' indices in [`Target::floors`] and their marks.
+fn floor_marks(target: &Target) -> Vec<(usize, &'static str)> {
+    target
+        .floors()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, mark))| (i, mark))
+        .collect()
+}
+
+/// Floor `i` of `t` (the first when out of range).
+fn floor(t: &Target, i: usize) -> &Raw {
+    let floors = t.floors();
+    floors
+        .get(i)
+        .or(floors.first())
+        .map_or(&t.raw, |(raw, _)| raw)
 }
 
 /// Renew: each worker cycles over [`RENEW_ROWS`] leases of its own, so that
 /// a row is renewed again only after the others (milliseconds later): a
 /// second renewal of one row in the same millisecond writes the same expiry,
 /// which SQLite and MariaDB do not write at all, and would measure nothing.
-async fn renew(target: &Arc<Target>, c: usize, time: Duration, select1: Summary) -> BoxResult<Row> {
+async fn renew(
+    target: &Arc<Target>,
+    c: usize,
+    time: Duration,
+    select1: Summary,
+) -> BoxResult<Vec<Row>> {
     let mut handles = Vec::new();
     for w in 0..c {
         for r in 0..RENEW_ROWS {
@@ -276,80 +407,74 @@ async fn renew(target: &Arc<Target>, c: usize, time: Duration, select1: Summary)
         }
     })
     .await;
-    let t = target.clone();
-    let hs = handles.clone();
-    let ts = turns.clone();
-    let hand = cell(c, time, move |w| {
-        let t = t.clone();
-        let hs = hs.clone();
-        let i = next(&ts, w);
-        async move {
-            let h = hs.get(i).ok_or("no handle")?;
-            // Not checked: without CLIENT_FOUND_ROWS, MySQL counts a
-            // renewal in the same millisecond as changing nothing.
-            let _ = t
-                .exec(
-                    &t.sql.renew,
-                    Params::Two(h.name().to_owned(), h.token().expose().to_owned()),
-                )
-                .await?;
-            Ok(())
-        }
-    })
-    .await;
+    let mut rows = Vec::new();
+    for (f, mark) in floor_marks(target) {
+        let t = target.clone();
+        let hs = handles.clone();
+        let ts = turns.clone();
+        let hand = cell(c, time, move |w| {
+            let t = t.clone();
+            let hs = hs.clone();
+            let i = next(&ts, w);
+            async move {
+                let h = hs.get(i).ok_or("no handle")?;
+                hand_renew(&t, floor(&t, f), w, h).await
+            }
+        })
+        .await;
+        rows.push(Row::new(format!("renew{mark}"), c, lease, hand, select1));
+    }
     for h in handles.iter() {
         h.release().await?;
     }
-    Ok(Row {
-        op: "renew".to_owned(),
-        c,
-        lease: Some(lease),
-        hand: Some(hand),
-        select1,
-        note: String::new(),
-    })
+    Ok(rows)
 }
 
-/// A contended claim of one name, released at once when won.
-async fn contended(target: &Arc<Target>, c: usize, time: Duration, select1: Summary) -> Row {
+/// A contended claim of one name, released at once when won; the wins
+/// counted on each side.
+async fn contended(target: &Arc<Target>, c: usize, time: Duration, select1: Summary) -> Vec<Row> {
     let t = target.clone();
+    let won = Arc::new(AtomicUsize::new(0));
+    let wins = won.clone();
     let lease = cell(c, time, move |_| {
         let t = t.clone();
+        let wins = wins.clone();
         async move {
-            if let Some(h) = t.leases.claim("bench:contended").await? {
-                h.release().await?;
+            if lease_contended(&t).await? {
+                let _ = wins.fetch_add(1, Ordering::Relaxed);
             }
             Ok(())
         }
     })
     .await;
-    let t = target.clone();
-    let hand = cell(c, time, move |w| {
-        let t = t.clone();
-        async move {
-            let holder = format!("hand-{w}");
-            let name = "bench:contended".to_owned();
-            let n = t
-                .exec(
-                    &t.sql.claim,
-                    Params::Three(holder.clone(), "bench".into(), name.clone()),
-                )
-                .await?;
-            if n == 1 {
-                let _ = t.exec(&t.sql.release, Params::Two(name, holder)).await?;
+    let lease_wins = per_second(won.load(Ordering::Relaxed), time);
+    let mut rows = Vec::new();
+    for (f, mark) in floor_marks(target) {
+        let t = target.clone();
+        let won = Arc::new(AtomicUsize::new(0));
+        let wins = won.clone();
+        let hand = cell(c, time, move |w| {
+            let t = t.clone();
+            let wins = wins.clone();
+            async move {
+                if hand_contended(&t, floor(&t, f), w).await? {
+                    let _ = wins.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
             }
-            Ok(())
-        }
-    })
-    .await;
-    Row {
-        op: "contended claim".to_owned(),
-        c,
-        lease: Some(lease),
-        hand: Some(hand),
-        select1,
-        note: String::new(),
+        })
+        .await;
+        let mut row = Row::new(format!("contended claim{mark}"), c, lease, hand, select1);
+        row.wins = Some((lease_wins, per_second(won.load(Ordering::Relaxed), time)));
+        rows.push(row);
     }
+    rows
+}
+
+/// `n` over `time`, per second.
+fn per_second(n: usize, time: Duration) -> f64 {
+    let secs = time.as_secs_f64();
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
 }
 
 /// An instant claim + finish, each call a later instant (`slots`).
@@ -359,54 +484,34 @@ async fn instant(
     time: Duration,
     select1: Summary,
     slots: &Arc<AtomicI64>,
-) -> Row {
+) -> Vec<Row> {
     let t = target.clone();
     let s = slots.clone();
     let lease = cell(c, time, move |w| {
         let t = t.clone();
         let slot = s.fetch_add(1, Ordering::SeqCst);
-        async move {
-            let name = format!("bench:job:{w}");
-            let h = t
-                .leases
-                .claim_instant(&name, UtcMillis::from_millis(slot))
-                .await?
-                .ok_or("instant refused")?;
-            h.finish(UtcMillis::from_millis(slot)).await?;
-            Ok(())
-        }
+        async move { lease_instant(&t, w, slot).await }
     })
     .await;
-    let t = target.clone();
-    let s = slots.clone();
-    let hand = cell(c, time, move |w| {
-        let t = t.clone();
-        let slot = s.fetch_add(1, Ordering::SeqCst);
-        async move {
-            let name = format!("bench:job:{w}");
-            let holder = format!("hand-{w}");
-            let n = t
-                .exec(
-                    &t.sql.instant_claim,
-                    Params::Slot(holder.clone(), "bench".into(), slot, name.clone()),
-                )
-                .await?;
-            if n != 1 {
-                return Err("hand instant claim refused".into());
-            }
-            let _ = t.exec(&t.sql.finish, Params::Two(name, holder)).await?;
-            Ok(())
-        }
-    })
-    .await;
-    Row {
-        op: "instant claim + finish".to_owned(),
-        c,
-        lease: Some(lease),
-        hand: Some(hand),
-        select1,
-        note: String::new(),
+    let mut rows = Vec::new();
+    for (f, mark) in floor_marks(target) {
+        let t = target.clone();
+        let s = slots.clone();
+        let hand = cell(c, time, move |w| {
+            let t = t.clone();
+            let slot = s.fetch_add(1, Ordering::SeqCst);
+            async move { hand_instant(&t, floor(&t, f), w, slot).await }
+        })
+        .await;
+        rows.push(Row::new(
+            format!("instant claim + finish{mark}"),
+            c,
+            lease,
+            hand,
+            select1,
+        ));
     }
+    rows
 }
 
 /// A guarded transaction (one business `UPDATE`) beside the same
@@ -416,7 +521,7 @@ async fn guarded(
     c: usize,
     time: Duration,
     select1: Summary,
-) -> BoxResult<Row> {
+) -> BoxResult<Vec<Row>> {
     let mut ctxs = Vec::new();
     for w in 0..c {
         let name = format!("bench:guard:{w}");
@@ -435,21 +540,24 @@ async fn guarded(
         }
     })
     .await;
-    let t = target.clone();
-    let hand = cell(c, time, move |w| {
-        let t = t.clone();
-        async move { t.unguarded_update(w).await }
-    })
-    .await;
+    let mut rows = Vec::new();
+    for (f, mark) in floor_marks(target) {
+        let t = target.clone();
+        let hand = cell(c, time, move |w| {
+            let t = t.clone();
+            async move { t.unguarded_update(floor(&t, f), w).await }
+        })
+        .await;
+        rows.push(Row::new(
+            format!("guarded transaction{mark}"),
+            c,
+            lease,
+            hand,
+            select1,
+        ));
+    }
     for ctx in ctxs.iter() {
         ctx.handle().release().await?;
     }
-    Ok(Row {
-        op: "guarded transaction".to_owned(),
-        c,
-        lease: Some(lease),
-        hand: Some(hand),
-        select1,
-        note: String::new(),
-    })
+    Ok(rows)
 }

@@ -33,6 +33,9 @@ pub(crate) enum Raw {
     Postgres(deadpool_postgres::Pool, bool),
     MySql(mysql_async::Pool),
     Sqlite(Arc<Mutex<rusqlite::Connection>>),
+    /// A connection per worker (an application's own pool): worker `w`
+    /// uses connection `w` (modulo their number).
+    SqlitePool(Arc<Vec<Mutex<rusqlite::Connection>>>),
 }
 
 impl Raw {
@@ -53,13 +56,40 @@ impl Raw {
                 })
                 .await??;
             }
+            Raw::SqlitePool(conns) => {
+                let conns = conns.clone();
+                let sql = sql.to_owned();
+                tokio::task::spawn_blocking(move || {
+                    conns
+                        .first()
+                        .ok_or_else(|| rusqlite::Error::InvalidQuery)?
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .execute_batch(&sql)
+                })
+                .await??;
+            }
         }
         Ok(())
     }
 
-    /// Runs one hand-written statement (prepared, as the stores do) and
-    /// returns the rows it changed, or returned.
-    pub(crate) async fn exec(&self, sql: &str, params: Params) -> BoxResult<u64> {
+    /// A connection per worker to the SQLite file at `path`, `n` of them,
+    /// each as the one-connection floor is opened (busy timeout, pragmas).
+    pub(crate) fn sqlite_pool(
+        path: &std::path::Path,
+        n: usize,
+        synchronous: Synchronous,
+    ) -> BoxResult<Raw> {
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            conns.push(Mutex::new(sqlite_floor_connection(path, synchronous)?));
+        }
+        Ok(Raw::SqlitePool(Arc::new(conns)))
+    }
+
+    /// Runs one hand-written statement (prepared, as the stores do) for
+    /// worker `w` and returns the rows it changed, or returned.
+    pub(crate) async fn exec(&self, w: usize, sql: &str, params: Params) -> BoxResult<u64> {
         match self {
             Raw::Postgres(pool, true) => {
                 let client = pool.get().await?;
@@ -121,19 +151,64 @@ impl Raw {
                 let sql = sql.to_owned();
                 let n = tokio::task::spawn_blocking(move || {
                     let conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    let mut stmt = conn.prepare_cached(&sql)?;
-                    match params {
-                        Params::None => stmt.query_row([], |_| Ok(1usize)),
-                        Params::Two(a, b) => stmt.execute(rusqlite::params![a, b]),
-                        Params::Three(a, b, c) => stmt.execute(rusqlite::params![a, b, c]),
-                        Params::Slot(a, b, c, d) => stmt.execute(rusqlite::params![a, b, c, d]),
-                    }
+                    sqlite_exec(&conn, &sql, params)
+                })
+                .await??;
+                Ok(n as u64)
+            }
+            Raw::SqlitePool(conns) => {
+                let conns = conns.clone();
+                let sql = sql.to_owned();
+                let n = tokio::task::spawn_blocking(move || {
+                    let conn = conns
+                        .get(w % conns.len().max(1))
+                        .ok_or(rusqlite::Error::InvalidQuery)?
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    sqlite_exec(&conn, &sql, params)
                 })
                 .await??;
                 Ok(n as u64)
             }
         }
     }
+}
+
+/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
+/// (`Rows matched: 3  Changed: 3  Warnings: 0`); `None` without one.
+pub(crate) fn rows_matched(info: &str) -> Option<usize> {
+    info.split("Rows matched:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// One hand-written statement on an SQLite connection.
+fn sqlite_exec(conn: &rusqlite::Connection, sql: &str, params: Params) -> rusqlite::Result<usize> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    match params {
+        Params::None => stmt.query_row([], |_| Ok(1usize)),
+        Params::Two(a, b) => stmt.execute(rusqlite::params![a, b]),
+        Params::Three(a, b, c) => stmt.execute(rusqlite::params![a, b, c]),
+        Params::Slot(a, b, c, d) => stmt.execute(rusqlite::params![a, b, c, d]),
+    }
+}
+
+/// A connection to the SQLite file at `path` as the floors use it: the
+/// store's busy timeout (5 s, SQLite's own busy handler) and durability.
+fn sqlite_floor_connection(
+    path: &std::path::Path,
+    synchronous: Synchronous,
+) -> BoxResult<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.execute_batch(match synchronous {
+        Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+        _ => "PRAGMA synchronous = FULL",
+    })?;
+    Ok(conn)
 }
 
 impl Raw {
@@ -173,20 +248,25 @@ impl Raw {
                     values.push(h.as_str().into());
                 }
                 let mut conn = pool.get_conn().await?;
-                let mut tx = conn
-                    .start_transaction(mysql_async::TxOpts::default())
-                    .await?;
-                tx.exec_drop(
+                conn.exec_drop(
                     update.as_str(),
                     mysql_async::Params::Positional(values.clone()),
                 )
                 .await?;
-                let held: Vec<String> = tx
+                // The OK packet says how many rows matched (whatever
+                // CLIENT_FOUND_ROWS says): all of them, and the batch is
+                // done in one round trip; fewer, and a read says which.
+                let distinct: std::collections::HashSet<&str> =
+                    leases.iter().map(|(n, _)| n.as_str()).collect();
+                if rows_matched(&conn.info()) == Some(distinct.len()) {
+                    return Ok(distinct.len());
+                }
+                let held: Vec<String> = conn
                     .exec(read.as_str(), mysql_async::Params::Positional(values))
                     .await?;
-                tx.commit().await?;
                 Ok(held.len())
             }
+            Raw::SqlitePool(_) => Err("the batch renewal's floor runs on one connection".into()),
             Raw::Sqlite(conn) => {
                 let conn = conn.clone();
                 let n = tokio::task::spawn_blocking(move || {
@@ -221,9 +301,29 @@ pub(crate) struct Target {
     pub(crate) label: String,
     pub(crate) leases: Leases,
     pub(crate) raw: Raw,
+    /// SQLite's second floor: the same statements on a connection per
+    /// worker (an application's own pool); `None` on the servers, whose
+    /// floor already runs on a pool.
+    pub(crate) per_worker: Option<Raw>,
     pub(crate) guard: Guard,
     pub(crate) sql: Sql,
     pub(crate) note: String,
+}
+
+/// The mark of the rows whose floor runs on a connection per worker
+/// (SQLite), explained under the table.
+pub(crate) const PER_WORKER: &str = " ⁵";
+
+/// `BEGIN IMMEDIATE`, one `UPDATE` of counter `id`, `COMMIT`: as the store's
+/// guarded transaction begins (the write lock first).
+fn sqlite_update_immediate(
+    conn: &mut rusqlite::Connection,
+    sql: &str,
+    id: i32,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let _ = tx.prepare_cached(sql)?.execute([id])?;
+    tx.commit()
 }
 
 /// Each database's clock in milliseconds, as the hand-written statements
@@ -286,13 +386,14 @@ impl Sql {
 }
 
 impl Sql {
-    /// The batch renewal of `count` leases written by hand, as the store
-    /// sends it: PostgreSQL one `UPDATE ... FROM unnest(..) RETURNING`
-    /// (`$1` names, `$2` holders); SQLite one `UPDATE ... WHERE (name,
-    /// holder) IN (VALUES ..) RETURNING` (the pairs, in order); MySQL the
-    /// `UPDATE` then the read of the rows held, both bound to the names
-    /// and then the pairs (`name IN` lets MariaDB use the key). The second
-    /// string is MySQL's read (empty elsewhere).
+    /// The batch renewal of `count` leases written by hand: PostgreSQL one
+    /// `UPDATE ... FROM unnest(..) RETURNING` (`$1` names, `$2` holders);
+    /// SQLite one `UPDATE ... WHERE (name, holder) IN (VALUES ..)
+    /// RETURNING` (the pairs, in order); MySQL the `UPDATE` (no `RETURNING`
+    /// on MariaDB's `UPDATE`), and the read of the rows held only when the
+    /// update matched fewer rows than the batch has leases, both bound to
+    /// the names and then the pairs (`name IN` lets MariaDB use the key).
+    /// The second string is MySQL's read (empty elsewhere).
     pub(crate) fn renew_many(backend: Backend, count: usize) -> (String, String) {
         let pairs = |first: usize| {
             (0..count)
@@ -345,13 +446,15 @@ impl Target {
         url: &str,
         label: Option<&str>,
         synchronous: Synchronous,
+        pool: usize,
     ) -> BoxResult<Target> {
         let backend = Backend::of(url).ok_or("unrecognised URL scheme")?;
+        let mut per_worker = None;
         let (leases, raw, guard, note) = match backend {
             Backend::Postgres => {
                 let store = PostgresStore::builder(url)?
                     .with_table(TABLE)
-                    .with_pool_size(POOL)
+                    .with_pool_size(pool)
                     .build()?;
                 // The URL's parameter the store reads; the floors follow it.
                 let unnamed = url.contains("statement_mode=unnamed");
@@ -360,7 +463,7 @@ impl Target {
                     Raw::Postgres(store.pool().clone(), unnamed),
                     Guard::Postgres(store),
                     format!(
-                        "PostgresStore, pool of {POOL} connections, {}",
+                        "PostgresStore, pool of {pool} connections, {}",
                         if unnamed {
                             "unnamed statements (the floors too)"
                         } else {
@@ -376,14 +479,14 @@ impl Target {
                     // are in use at once, mysql_async closes the extras as
                     // they come back and opens new ones (a handshake each),
                     // which measured the pool's churn, not the statements.
-                    .with_pool_constraints(POOL, POOL)
+                    .with_pool_constraints(pool, pool)
                     .connect()
                     .await?;
                 (
                     Leases::new(store.clone()),
                     Raw::MySql(store.pool().clone().into_inner()),
                     Guard::MySql(store),
-                    format!("MySqlStore, pool of {POOL} connections, all kept"),
+                    format!("MySqlStore, pool of {pool} connections, all kept"),
                 )
             }
             Backend::Sqlite => {
@@ -393,20 +496,17 @@ impl Target {
                     .with_synchronous(synchronous)
                     .build()?;
                 let guard = Guard::Sqlite(store.clone());
-                let conn = rusqlite::Connection::open(&path)?;
-                conn.busy_timeout(Duration::from_secs(5))?;
-                // The floor runs at the store's durability.
-                conn.execute_batch(match synchronous {
-                    Synchronous::Normal => "PRAGMA synchronous = NORMAL",
-                    _ => "PRAGMA synchronous = FULL",
-                })?;
+                // The floors run at the store's durability.
+                let conn = sqlite_floor_connection(&path, synchronous)?;
+                per_worker = Some(Raw::sqlite_pool(&path, pool, synchronous)?);
                 (
                     Leases::new(store),
                     Raw::Sqlite(Arc::new(Mutex::new(conn))),
                     guard,
                     format!(
                         "SqliteStore, one connection, synchronous {synchronous:?}; \
-                         floors on a second connection to the same file, same pragmas"
+                         floors on a second connection to the same file, same pragmas, \
+                         and on a connection per worker ({pool})"
                     ),
                 )
             }
@@ -416,6 +516,7 @@ impl Target {
             backend,
             leases,
             raw,
+            per_worker,
             guard,
             sql: Sql::of(backend),
             note,
@@ -445,10 +546,6 @@ impl Target {
                 .await?;
         }
         Ok(())
-    }
-
-    pub(crate) async fn exec(&self, sql: &str, params: Params) -> BoxResult<u64> {
-        self.raw.exec(sql, params).await
     }
 
     pub(crate) async fn guarded_update(&self, ctx: &LeaseContext, w: usize) -> BoxResult<()> {
@@ -498,9 +595,11 @@ impl Target {
         Ok(())
     }
 
-    pub(crate) async fn unguarded_update(&self, w: usize) -> BoxResult<()> {
+    /// The guarded transaction's floor: the same transaction unguarded,
+    /// for worker `w` on the floor `raw`.
+    pub(crate) async fn unguarded_update(&self, raw: &Raw, w: usize) -> BoxResult<()> {
         let id = i32::try_from(w)?;
-        match &self.raw {
+        match raw {
             Raw::Postgres(pool, unnamed) => {
                 let mut client = pool.get().await?;
                 let tx = client.transaction().await?;
@@ -530,15 +629,36 @@ impl Target {
                 let sql = self.sql.update_counter.clone();
                 tokio::task::spawn_blocking(move || -> rusqlite::Result<()> {
                     let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    let tx =
-                        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-                    let _ = tx.prepare_cached(&sql)?.execute([id])?;
-                    tx.commit()
+                    sqlite_update_immediate(&mut conn, &sql, id)
+                })
+                .await??;
+            }
+            Raw::SqlitePool(conns) => {
+                let conns = conns.clone();
+                let sql = self.sql.update_counter.clone();
+                tokio::task::spawn_blocking(move || -> rusqlite::Result<()> {
+                    let mut conn = conns
+                        .get(w % conns.len().max(1))
+                        .ok_or(rusqlite::Error::InvalidQuery)?
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    sqlite_update_immediate(&mut conn, &sql, id)
                 })
                 .await??;
             }
         }
         Ok(())
+    }
+
+    /// The floors of an operation: the hand-written statements on the
+    /// store's pool (SQLite: a second connection), and, on SQLite, on a
+    /// connection per worker; each with the mark its rows carry.
+    pub(crate) fn floors(&self) -> Vec<(&Raw, &'static str)> {
+        let mut floors = vec![(&self.raw, "")];
+        if let Some(per_worker) = &self.per_worker {
+            floors.push((per_worker, PER_WORKER));
+        }
+        floors
     }
 
     pub(crate) async fn cleanup(&self) {
@@ -589,6 +709,22 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(renewed, 2, "a and b by their holder, nothing else");
+    }
+
+    /// The rows matched are read from the OK packet's info, and nothing
+    /// else passes for them.
+    #[test]
+    fn the_rows_matched_come_from_the_ok_packets_info() {
+        assert_eq!(
+            rows_matched("Rows matched: 1000  Changed: 998  Warnings: 0"),
+            Some(1000)
+        );
+        assert_eq!(
+            rows_matched("Rows matched: 0  Changed: 0  Warnings: 0"),
+            Some(0)
+        );
+        assert_eq!(rows_matched(""), None);
+        assert_eq!(rows_matched("Records: 3  Duplicates: 0  Warnings: 0"), None);
     }
 
     /// MySQL binds positionally: the names once, then the pairs, in the
