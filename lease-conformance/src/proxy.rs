@@ -13,7 +13,12 @@
 //!
 //! [`start_observed`](Proxy::start_observed) shows a test every byte a client
 //! sends (to count a wire protocol's round trips, say), on an observer of
-//! each connection's own.
+//! each connection's own. [`start_intercepted`](Proxy::start_intercepted)
+//! lets that observer also lose the answer to what a chunk asked
+//! ([`Verdict::LoseTheAnswer`]): the server gets the chunk and answers, the
+//! client never hears, and the connection closes. That is a reply lost on
+//! the way back: a `COMMIT` the server carried out, whose client cannot know
+//! it.
 //!
 //! Dropping the proxy (or [`shutdown`](Proxy::shutdown)) stops accepting and
 //! closes every connection: every task it spawned is owned by it.
@@ -37,7 +42,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lease_core::CancellationToken;
@@ -47,11 +52,26 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs, lookup_host};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-/// What one connection's client sends, shown chunk by chunk.
-type Observer = Box<dyn FnMut(&[u8]) + Send>;
+/// What one connection's client sends, shown chunk by chunk, and what to do
+/// with it.
+type Observer = Box<dyn FnMut(&[u8]) -> Verdict + Send>;
 
-/// Makes the observer of each new connection: see [`Proxy::start_observed`].
+/// Makes the observer of each new connection: see [`Proxy::start_intercepted`].
 type Observe = Arc<dyn Fn() -> Observer + Send + Sync>;
+
+/// What the proxy does with a chunk a client sent: see
+/// [`Proxy::start_intercepted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Forward it, as every chunk is.
+    Forward,
+    /// Forward it, then lose the server's answer: nothing the server sends
+    /// from then on reaches the client, and the connection closes, both
+    /// sides, as soon as the server's first bytes arrive (so the server has
+    /// done what the chunk asked before it sees the connection end).
+    LoseTheAnswer,
+}
 
 /// A TCP proxy on `127.0.0.1`, forwarding every connection to one target.
 /// See the [module docs](self).
@@ -128,6 +148,64 @@ impl Proxy {
     where
         F: Fn() -> O + Send + Sync + 'static,
         O: FnMut(&[u8]) + Send + 'static,
+    {
+        Self::start_intercepted(target, move || {
+            let mut observer = observe();
+            move |bytes: &[u8]| {
+                observer(bytes);
+                Verdict::Forward
+            }
+        })
+        .await
+    }
+
+    /// As [`start_observed`](Self::start_observed), the observer also
+    /// saying what to do with each chunk: [`Verdict::Forward`] it, or
+    /// forward it and [lose the answer](Verdict::LoseTheAnswer).
+    ///
+    /// ```
+    /// # async fn example() -> std::io::Result<()> {
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use lease_conformance::proxy::{Proxy, Verdict};
+    ///
+    /// // The first COMMIT any connection sends is carried out by the
+    /// // server; its client never hears of it.
+    /// let armed = Arc::new(AtomicBool::new(true));
+    /// let proxy = Proxy::start_intercepted("127.0.0.1:5432", move || {
+    ///     let armed = armed.clone();
+    ///     move |bytes: &[u8]| {
+    ///         let commit = bytes.windows(6).any(|w| w == b"COMMIT");
+    ///         if commit && armed.swap(false, Ordering::SeqCst) {
+    ///             Verdict::LoseTheAnswer
+    ///         } else {
+    ///             Verdict::Forward
+    ///         }
+    ///     }
+    /// })
+    /// .await?;
+    /// # drop(proxy);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the listener.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub async fn start_intercepted<F, O>(
+        target: impl ToSocketAddrs,
+        observe: F,
+    ) -> io::Result<Proxy>
+    where
+        F: Fn() -> O + Send + Sync + 'static,
+        O: FnMut(&[u8]) -> Verdict + Send + 'static,
     {
         let observe: Observe = Arc::new(move || Box::new(observe()));
         let target = lookup_host(target).await?.next().ok_or_else(|| {
@@ -287,25 +365,45 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    // Set by the observer's `LoseTheAnswer`; cancelled once the answer
+    // arrived: the connection ends.
+    let lose = Arc::new(AtomicBool::new(false));
+    let lost = CancellationToken::new();
     tokio::select! {
         () = cut.cancelled() => {}
+        () = lost.cancelled() => {}
         () = async {
             tokio::join!(
-                pump(client_read, server_write, paused.clone(), observer),
-                pump(server_read, client_write, paused, Box::new(|_: &[u8]| {})),
+                pump(client_read, server_write, paused.clone(), Side::Client { observer, lose: lose.clone() }),
+                pump(server_read, client_write, paused, Side::Server { lose, lost: lost.clone() }),
             );
         } => {}
     }
     // Both halves of both sockets are dropped here: the connections close.
 }
 
-/// Copies bytes from `from` to `to`, never while paused, showing them to
-/// `observer` first.
+/// Which way a [`pump`] copies, and what it does on the way.
+enum Side {
+    /// The client's bytes, shown to the observer, which may ask to lose the
+    /// answer.
+    Client {
+        observer: Observer,
+        lose: Arc<AtomicBool>,
+    },
+    /// The server's bytes, dropped (and the connection ended) once the
+    /// answer is to be lost.
+    Server {
+        lose: Arc<AtomicBool>,
+        lost: CancellationToken,
+    },
+}
+
+/// Copies bytes from `from` to `to`, never while paused, as `side` says.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     mut paused: watch::Receiver<bool>,
-    mut observer: Observer,
+    mut side: Side,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -324,7 +422,20 @@ async fn pump(
             return;
         }
         let chunk = &buf[..n];
-        observer(chunk);
+        match &mut side {
+            Side::Client { observer, lose } => {
+                if observer(chunk) == Verdict::LoseTheAnswer {
+                    // Before the chunk goes: its answer must not get through.
+                    lose.store(true, Ordering::SeqCst);
+                }
+            }
+            Side::Server { lose, lost } => {
+                if lose.load(Ordering::SeqCst) {
+                    lost.cancel();
+                    return;
+                }
+            }
+        }
         if to.write_all(chunk).await.is_err() {
             return;
         }
@@ -430,6 +541,57 @@ mod tests {
         assert_eq!(round_trip(&mut two, b"xyz").await, b"xyz");
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen, vec![b"abcd".to_vec(), b"xyz".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn a_lost_answer_reaches_the_server_and_never_the_client() {
+        let (upstream_tx, mut upstream) = tokio::sync::mpsc::unbounded_channel();
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let target = listener.local_addr().unwrap();
+        // A server that says what it got, and answers "done".
+        drop(tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let upstream_tx = upstream_tx.clone();
+                drop(tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                        let _ = upstream_tx.send(buf[..n].to_vec());
+                        if socket.write_all(b"done").await.is_err() {
+                            return;
+                        }
+                    }
+                }));
+            }
+        }));
+        let proxy = Proxy::start_intercepted(target, || {
+            |bytes: &[u8]| {
+                if bytes == b"COMMIT" {
+                    Verdict::LoseTheAnswer
+                } else {
+                    Verdict::Forward
+                }
+            }
+        })
+        .await
+        .unwrap();
+        let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut stream, b"WORK").await, b"done");
+        stream.write_all(b"COMMIT").await.unwrap();
+        let mut buf = [0u8; 8];
+        let read = timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the connection must end, not hang");
+        assert!(
+            matches!(read, Ok(0) | Err(_)),
+            "the answer got through: {read:?}"
+        );
+        assert_eq!(upstream.recv().await.unwrap(), b"WORK");
+        assert_eq!(
+            upstream.recv().await.unwrap(),
+            b"COMMIT",
+            "the server got it"
+        );
     }
 
     #[tokio::test]

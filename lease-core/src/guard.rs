@@ -16,7 +16,7 @@
 //! | --- | --- | --- |
 //! | `lease-postgres` | `\|tx: &mut deadpool_postgres::Transaction\| -> BoxFuture<'_, Result<T, E>>` | async driver |
 //! | `lease-mysql` | `\|tx: &mut mysql_async::Transaction\| -> BoxFuture<'_, Result<T, E>>` | async driver |
-//! | `lease-sqlite` | `\|tx: &rusqlite::Transaction\| -> Result<T, E>`, run on tokio's blocking pool | rusqlite is synchronous: its `Transaction` borrows a `Connection` that is neither `Sync` nor usable across an `.await` without blocking the runtime; the work runs on the blocking thread that holds the connection, and the context ending interrupts it |
+//! | `lease-sqlite` | `\|tx: &rusqlite::Transaction\| -> Result<T, E>`, run on the store's connection thread | rusqlite is synchronous: its `Transaction` borrows a `Connection` that is neither `Sync` nor usable across an `.await` without blocking the runtime; the work runs on the thread that owns the connection, in its turn in the connection's one queue, and the context ending interrupts it |
 //!
 //! 1. If `ctx` has ended already, nothing is sent: [`GuardError::Ended`] (or
 //!    [`GuardError::Lost`] when it ended with a loss).
@@ -32,13 +32,25 @@
 //!    cancelled, the renewals stopped), the work is stopped (dropped at its
 //!    next `.await`, or its SQLite statement interrupted), the transaction
 //!    rolled back, and the call returns [`GuardError::Lost`] or
-//!    [`GuardError::Ended`].
-//! 5. A statement of the guard itself that fails (connection, `BEGIN`, the
-//!    verification, `COMMIT`) is [`GuardError::Database`]; a failed
-//!    `COMMIT` leaves the outcome unknown, as with any database.
+//!    [`GuardError::Ended`] at once. A work that panics, or a call dropped
+//!    before the commit, rolls back the same way: the connection is taken
+//!    out of use, never handed to the next transaction.
+//! 5. A statement of the guard itself that fails before `COMMIT` is sent
+//!    (connection, `BEGIN`, the verification), or a `COMMIT` the database
+//!    refuses, is [`GuardError::Database`]: nothing was committed.
+//! 6. `COMMIT` sent and no answer (the connection failed, or the commit's
+//!    bound passed): [`GuardError::OutcomeUnknown`]. The transaction may have
+//!    committed: it is not retryable, and a caller that does the work again
+//!    may do it twice.
 //!
 //! Each guarded transaction is counted in the `lease_guarded_transactions_total`
-//! metric ([`crate::metrics`]).
+//! metric ([`crate::metrics`]), by `outcome`: `committed`, `failed`, or
+//! `unknown`.
+//!
+//! The flow is written once, [`drive`]: each backend gives it a
+//! [`GuardDriver`] (how to take a connection, open the transaction and run
+//! the guard, commit, roll back, and abandon a connection) and keeps
+//! nothing else of it.
 //!
 //! # Locks per backend
 //!
@@ -50,17 +62,21 @@
 //! | any of the three through sqlx (`lease-sqlx`) or another driver | the same guard statement ([`GuardStatement`](crate::GuardStatement)), so the same lock; on SQLite the statement is a write (`UPDATE ... SET term = term`), which takes the file's write lock even after a deferred `BEGIN` | the same: **waits** | the same as the native row above |
 //!
 //! Where the drivers differ is only what happens to a statement still
-//! running when the lease context ends: `lease-postgres` sends a cancel
-//! request and closes the connection, `lease-mysql` kills the connection
-//! (`KILL CONNECTION`) when the rollback does not go through at once,
-//! `lease-sqlite` interrupts it; sqlx has no cancel request, so
-//! `lease-sqlx` drops the transaction (its `ROLLBACK` runs as soon as the
-//! statement ends). In every case nothing commits; the lock lasts until
-//! the server has let go of the statement. Behind PgBouncer in transaction
-//! pooling mode the cancel request goes through PgBouncer, which 1.18 (the
-//! version in Debian 12) may crash on when the requesting socket closes
-//! first; `lease-postgres`'s guard tests run through PgBouncer in CI
-//! without that case.
+//! running when the lease context ends ([`GuardDriver::abandon`]):
+//! `lease-postgres` sends a cancel request and closes the connection,
+//! `lease-mysql` kills the connection (`KILL CONNECTION`, from another
+//! connection of its pool), `lease-sqlite` interrupts it; sqlx has no
+//! cancel request, so `lease-sqlx` drops the transaction (its `ROLLBACK`
+//! runs as soon as the statement ends). In every case nothing commits; the
+//! lock lasts until the server has let go of the statement. Behind a
+//! pooler (`statement_mode=unnamed`) `lease-postgres` sends no cancel
+//! request, which PgBouncer 1.18 (the version in Debian 12) may crash on:
+//! it closes the connection, the pooler closes its server connection, and
+//! the server stops the statement within 500 ms
+//! (`client_connection_check_interval`, which the guard sets for its
+//! transaction on PostgreSQL 14 and later; an older server runs the
+//! statement to its end). `lease-postgres`'s guard tests run through
+//! PgBouncer in CI, that case included.
 //!
 //! # What fencing covers, and what it does not
 //!
@@ -172,14 +188,19 @@ use crate::context::LeaseContext;
 use crate::error::{BoxError, DbErrorKind, Error, LostCause, write_chain};
 use crate::state::EndCause;
 
+mod flow;
+
+pub use flow::{GuardDriver, check_found, drive};
+
 /// A boxed future that is `Send`: what the work of an async guarded
 /// transaction returns, so that it may borrow the transaction.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Why a guarded transaction did not commit, the same on every backend.
+/// Why a guarded transaction did not commit, or may not have, the same on
+/// every backend.
 ///
-/// In every case but [`Database`](GuardError::Database) during the commit
-/// itself, nothing of the transaction was committed.
+/// In every case but [`OutcomeUnknown`](GuardError::OutcomeUnknown),
+/// nothing of the transaction was committed.
 ///
 /// Its `Debug` is one line, the message and its causes (the work's error
 /// as its own `Debug` shows it), so that a `main` returning it prints
@@ -203,15 +224,29 @@ pub enum GuardError<E> {
         cause: Option<EndCause>,
     },
 
-    /// The database did not answer or refused a statement of the guard: no
-    /// connection, or `BEGIN`, the verification, `COMMIT` or `ROLLBACK`
-    /// failed. A failed `COMMIT` leaves the outcome unknown.
+    /// The database did not answer or refused a statement of the guard
+    /// before `COMMIT` was sent (no connection; `BEGIN` or the verification
+    /// failed), or refused the `COMMIT` itself (its answer was an error:
+    /// nothing was committed). [`is_retryable`](GuardError::is_retryable)
+    /// says whether trying again may succeed.
     Database {
         /// The lease's name.
         name: String,
         /// The backend's classification of `source`.
         kind: DbErrorKind,
         /// What the driver or the pool reported.
+        source: BoxError,
+    },
+
+    /// `COMMIT` was sent and its answer never came: the connection failed,
+    /// or no answer came within the bound. The transaction may have
+    /// committed or not; the work may already be in the database. Not
+    /// retryable: a caller that does the work again may do it twice.
+    /// Check, by what the work wrote, before trying again.
+    OutcomeUnknown {
+        /// The lease's name.
+        name: String,
+        /// What the driver reported, or the bound that passed.
         source: BoxError,
     },
 
@@ -226,9 +261,18 @@ impl<E> GuardError<E> {
         matches!(self, GuardError::Lost(_))
     }
 
+    /// Whether `COMMIT` was sent and its answer lost: the transaction may
+    /// have committed ([`GuardError::OutcomeUnknown`]).
+    #[must_use]
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, GuardError::OutcomeUnknown { .. })
+    }
+
     /// Whether trying again later may succeed: the database did not answer
-    /// for a passing reason ([`DbErrorKind::is_retryable`]). A lost lease, an
-    /// ended context and the work's own error are not retryable here.
+    /// for a passing reason ([`DbErrorKind::is_retryable`]) before `COMMIT`
+    /// was sent, or refused the `COMMIT` for one (a serialization failure,
+    /// say). A lost lease, an ended context, the work's own error and an
+    /// [unknown outcome](GuardError::OutcomeUnknown) are not retryable.
     #[must_use]
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -260,6 +304,9 @@ impl<E> GuardError<E> {
             GuardError::Ended { name, cause } => GuardError::Ended { name, cause },
             GuardError::Database { name, kind, source } => {
                 GuardError::Database { name, kind, source }
+            }
+            GuardError::OutcomeUnknown { name, source } => {
+                GuardError::OutcomeUnknown { name, source }
             }
             GuardError::Work(e) => GuardError::Work(f(e)),
         }
@@ -300,7 +347,9 @@ impl<E> GuardError<E> {
         match self {
             GuardError::Lost(e) => e.source(),
             GuardError::Ended { .. } => None,
-            GuardError::Database { source, .. } => Some(source.as_ref()),
+            GuardError::Database { source, .. } | GuardError::OutcomeUnknown { source, .. } => {
+                Some(source.as_ref())
+            }
             GuardError::Work(e) => work(e),
         }
     }
@@ -357,6 +406,11 @@ impl<E> fmt::Display for GuardError<E> {
             GuardError::Database { name, kind, .. } => {
                 write!(f, "guarded transaction under lease {name:?} failed: {kind}")
             }
+            GuardError::OutcomeUnknown { name, .. } => write!(
+                f,
+                "guarded transaction under lease {name:?}: COMMIT was sent and its answer lost; \
+                 it may or may not have committed"
+            ),
             GuardError::Work(_) => {
                 f.write_str("the work of a guarded transaction failed; rolled back")
             }

@@ -10,7 +10,7 @@
 //! | `lease_held` | gauge | `kind` | leases this process holds (kept renewed) now |
 //! | `lease_lock_runs_total` | counter | `outcome` = `ran` / `held` / `lost` / `error` | `Lock` calls |
 //! | `lease_leader` | gauge | `name` | 1 while this process leads that election, else 0 |
-//! | `lease_guarded_transactions_total` | counter | `outcome` = `committed` / `failed` | guarded transactions of the backends (`failed`: lost, refused, rolled back or not answered) |
+//! | `lease_guarded_transactions_total` | counter | `outcome` = `committed` / `failed` / `unknown` | guarded transactions of the backends (`failed`: lost, refused, rolled back, or not begun; nothing committed. `unknown`: `COMMIT` was sent and its answer lost) |
 //! | `lease_leader_transitions_total` | counter | `name`, `reason` = `elected` / `lost` / `shutting_down` / `work_returned` | changes of this process's leadership |
 //!
 //! `kind` is the name's prefix (`lock`, `leader`, `cron`) or `other`: never
@@ -89,17 +89,12 @@ impl Drop for Held {
     }
 }
 
-/// Counts a backend's guarded transaction in
-/// `lease_guarded_transactions_total`: `committed` when it committed,
-/// `failed` otherwise. For backends; returns `result` unchanged.
-pub fn guarded_transaction<T, E>(result: Result<T, E>) -> Result<T, E> {
-    let outcome = if result.is_ok() {
-        "committed"
-    } else {
-        "failed"
-    };
+/// Counts a guarded transaction in `lease_guarded_transactions_total` by
+/// its `outcome`: `committed`, `failed` (nothing committed) or `unknown`
+/// (`COMMIT` sent, its answer lost). [`crate::guard::drive`] counts every
+/// backend's.
+pub(crate) fn guarded_transaction(outcome: &'static str) {
     metrics::counter!(names::GUARDED_TRANSACTIONS, "outcome" => outcome).increment(1);
-    result
 }
 
 pub(crate) fn lock_run(outcome: &'static str) {

@@ -50,6 +50,19 @@ use crate::token::Token;
 /// operation and the lease, so implementations return the driver's error as
 /// it is.
 ///
+/// **A lost reply.** An `Err` (or a call dropped at its bound) after the
+/// statement reached the database says nothing of what the statement did:
+/// the database may have carried it out and its answer been lost on the
+/// way back. So a claim whose reply was lost may have taken the name: it
+/// is then held, for a lease, by a token nobody has (no handle was
+/// returned, nobody renews or releases it), and nobody can claim it until
+/// it expires by the database's clock. A release whose reply was lost may
+/// have freed the name, and a renewal whose reply was lost may have
+/// extended the lease. The protocol stays safe (a token nobody has can
+/// commit nothing), but a claim tried again after such an error can find
+/// the name held by its own lost claim. A guarded transaction's `COMMIT`
+/// whose reply was lost is [`GuardError::OutcomeUnknown`](crate::GuardError::OutcomeUnknown).
+///
 /// A backend that offers a guarded transaction (one that verifies the lease
 /// as its first statement and locks the lease row while it runs) must make
 /// every claim (`claim`, `claim_instant`, `claim_rerun`) take a lock that

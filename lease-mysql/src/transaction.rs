@@ -3,15 +3,17 @@
 
 use std::time::Duration;
 
-use lease_core::{BoxFuture, Dialect, GuardError, GuardStatement, LeaseContext};
+use lease_core::guard::{self, GuardDriver};
+use lease_core::{
+    BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement, LeaseContext,
+};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts, params};
 
 use crate::store::MySqlStore;
 
-/// How long a guarded transaction's rollback may take before its connection
-/// is killed instead.
-const ROLLBACK_BOUND: Duration = Duration::from_secs(1);
+/// How long killing an abandoned transaction's connection may take.
+const KILL_BOUND: Duration = Duration::from_secs(1);
 
 impl MySqlStore {
     /// Runs `work` in a transaction guarded by the lease `ctx` runs under.
@@ -37,12 +39,13 @@ impl MySqlStore {
     ///
     /// The transaction ends with the lease context: when `ctx` is cancelled
     /// (the lease lost, the parent cancelled, the renewals stopped) before
-    /// the commit is sent, `work` is dropped where it is and the transaction
-    /// rolled back (its connection killed, if the rollback does not go
-    /// through within a second). `work` commits nothing itself: returning
-    /// `Ok` commits, `Err` rolls back, and a panic rolls back (the
-    /// transaction is dropped, and the driver rolls it back as its
-    /// connection returns to the pool) and resumes on the caller.
+    /// the commit is sent, `work` is dropped where it is, the call returns at
+    /// once, and the transaction is rolled back: its connection is killed
+    /// (`KILL CONNECTION`, from another connection of the pool, in the
+    /// background), so a statement still running stops too. `work` commits
+    /// nothing itself: returning `Ok` commits (within the store's statement
+    /// timeout), `Err` rolls back, and a panic kills the connection the
+    /// same way and resumes on the caller.
     ///
     /// ```no_run
     /// # async fn example(store: lease_mysql::MySqlStore, ctx: lease_core::LeaseContext)
@@ -69,16 +72,18 @@ impl MySqlStore {
     /// [`GuardError::Lost`] when the verification finds the lease gone (or
     /// `ctx` ends with a loss before the commit); [`GuardError::Ended`] when
     /// `ctx` ends otherwise before the commit; [`GuardError::Database`]
-    /// (its source the driver's `mysql_async::Error`) when a statement of the guard
-    /// fails; [`GuardError::Work`] with what `work` returned.
+    /// (its source the driver's `mysql_async::Error`) when a statement of
+    /// the guard fails before `COMMIT` is sent, or the server refuses the
+    /// `COMMIT`; [`GuardError::OutcomeUnknown`] when `COMMIT` was sent and
+    /// no answer came (the connection failed, or the statement timeout
+    /// passed): it may have committed, so it is not retryable;
+    /// [`GuardError::Work`] with what `work` returned.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before the commit is sent drops the transaction:
-    /// it is rolled back as its connection returns to the pool (or, if the
-    /// connection is broken, by the server when it closes). Dropped while
-    /// the commit is in flight, the transaction may or may not have
-    /// committed.
+    /// Dropping the future before the commit is sent kills the
+    /// transaction's connection, as when `ctx` ends. Dropped while the
+    /// commit is in flight, the transaction may or may not have committed.
     pub async fn transaction<T, E, F>(
         &self,
         ctx: &LeaseContext,
@@ -89,134 +94,7 @@ impl MySqlStore {
         T: Send,
         E: Send,
     {
-        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
-    }
-
-    async fn guarded_transaction<T, E, F>(
-        &self,
-        ctx: &LeaseContext,
-        work: F,
-    ) -> Result<T, GuardError<E>>
-    where
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
-        T: Send,
-        E: Send,
-    {
-        let name = ctx.handle().name();
-        if ctx.is_cancelled() {
-            return Err(GuardError::ended(ctx));
-        }
-        let got = tokio::select! {
-            biased;
-            () = ctx.cancelled() => None,
-            conn = self.inner.pool.get_conn() => Some(conn),
-        };
-        let mut conn: Conn = match got {
-            None => return Err(GuardError::ended(ctx)),
-            Some(conn) => conn.map_err(|e| self.db_error(name, e))?,
-        };
-        // The work may change the session: until the session setup has been
-        // run again after it, the connection is reset as it returns to the
-        // pool (which also empties its statement cache and runs the pool's
-        // own setup statements).
-        conn.reset_connection(true);
-        let (result, committed) = self.guarded(&mut conn, ctx, work).await;
-        if committed {
-            // On a pool of the store's own, put back what the work may have
-            // changed, keeping the prepared statements; a failure leaves the
-            // reset to the pool.
-            if let Some(setup) = &self.inner.setup {
-                if conn.query_drop(setup.as_str()).await.is_ok() {
-                    conn.reset_connection(false);
-                }
-            }
-        } else {
-            tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction not committed");
-        }
-        result
-    }
-
-    /// The transaction of [`transaction`](Self::transaction) on `conn`, and
-    /// whether it committed.
-    async fn guarded<T, E, F>(
-        &self,
-        conn: &mut Conn,
-        ctx: &LeaseContext,
-        work: F,
-    ) -> (Result<T, GuardError<E>>, bool)
-    where
-        F: for<'t, 'c> FnOnce(&'t mut Transaction<'c>) -> BoxFuture<'t, Result<T, E>> + Send,
-        T: Send,
-        E: Send,
-    {
-        let name = ctx.handle().name();
-        let conn_id = conn.id();
-        let begin = async {
-            let mut tx = conn.start_transaction(TxOpts::default()).await?;
-            let term: Option<u64> = tx
-                .exec_first(
-                    self.inner.sql.verify_locked.as_str(),
-                    params! { "name" => name, "holder" => ctx.handle().token().expose() },
-                )
-                .await?;
-            Ok::<_, mysql_async::Error>((tx, term))
-        };
-        let begun = tokio::select! {
-            biased;
-            () = ctx.cancelled() => None,
-            begun = begin => Some(begun),
-        };
-        let (mut tx, term) = match begun {
-            // Dropped mid-statement: the connection is not reused as it is.
-            None => {
-                self.kill(conn_id).await;
-                return (Err(GuardError::ended(ctx)), false);
-            }
-            Some(Err(err)) => return (Err(self.db_error(name, err)), false),
-            Some(Ok(begun)) => begun,
-        };
-        if term != Some(ctx.term()) {
-            let _ = tx.rollback().await;
-            tracing::debug!(
-                name,
-                term = ctx.term(),
-                "guarded transaction refused: lease lost"
-            );
-            return (Err(GuardError::not_holder(name)), false);
-        }
-        let outcome = {
-            let run = work(&mut tx);
-            tokio::select! {
-                biased;
-                () = ctx.cancelled() => None,
-                done = run => Some(done),
-            }
-        };
-        match outcome {
-            None => {
-                self.abort(tx, conn_id).await;
-                (Err(GuardError::ended(ctx)), false)
-            }
-            Some(Err(err)) => {
-                self.abort(tx, conn_id).await;
-                (Err(GuardError::Work(err)), false)
-            }
-            Some(Ok(_)) if ctx.is_cancelled() => {
-                self.abort(tx, conn_id).await;
-                (Err(GuardError::ended(ctx)), false)
-            }
-            Some(Ok(value)) => match tx.commit().await {
-                Ok(()) => (Ok(value), true),
-                Err(err) => (Err(self.db_error(name, err)), false),
-            },
-        }
-    }
-
-    /// A failed statement of the guard: the driver's error, classified as
-    /// the store classifies its own errors.
-    fn db_error<E>(&self, name: &str, err: mysql_async::Error) -> GuardError<E> {
-        let kind = crate::error::classify(&err);
-        GuardError::database(name, kind, err)
+        guard::drive(ctx, &Driver(self), work).await
     }
 
     /// The guard statement, for running the fence by hand in a transaction
@@ -237,29 +115,99 @@ impl MySqlStore {
             self.inner.sql.guard.clone(),
         )
     }
+}
 
-    /// Rolls `tx` back; if that does not go through promptly (the work was
-    /// dropped mid-statement, or the statement waits on a lock), kills the
-    /// connection, which rolls the transaction back on the server.
-    async fn abort(&self, tx: Transaction<'_>, conn_id: u32) {
-        match tokio::time::timeout(ROLLBACK_BOUND, tx.rollback()).await {
-            Ok(Ok(())) => {}
-            _ => self.kill(conn_id).await,
+/// [`MySqlStore::transaction`]'s mechanics, for [`guard::drive`].
+struct Driver<'s>(&'s MySqlStore);
+
+impl GuardDriver for Driver<'_> {
+    type Conn = Conn;
+    type Tx<'c> = Transaction<'c>;
+    type Error = mysql_async::Error;
+
+    async fn connect(&self) -> Result<Conn, mysql_async::Error> {
+        let mut conn = self.0.inner.pool.get_conn().await?;
+        // The work may change the session: until the session setup has been
+        // run again after it, the connection is reset as it returns to the
+        // pool (which also empties its statement cache and runs the pool's
+        // own setup statements).
+        conn.reset_connection(true);
+        Ok(conn)
+    }
+
+    /// `START TRANSACTION`, then `SELECT term ... LOCK IN SHARE MODE`.
+    async fn open<'c>(
+        &self,
+        conn: &'c mut Conn,
+        params: GuardParams<'_>,
+    ) -> Result<(Transaction<'c>, Option<u64>), mysql_async::Error> {
+        let verify = self.0.inner.sql.verify_locked.as_str();
+        let mut tx = conn.start_transaction(TxOpts::default()).await?;
+        let term: Option<u64> = tx
+            .exec_first(
+                verify,
+                params! { "name" => params.name, "holder" => params.token.expose() },
+            )
+            .await?;
+        Ok((tx, term))
+    }
+
+    async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), mysql_async::Error> {
+        tx.commit().await
+    }
+
+    async fn rollback<'c>(&self, tx: Self::Tx<'c>) -> Result<(), mysql_async::Error> {
+        tx.rollback().await
+    }
+
+    /// On a pool of the store's own, puts back what the work may have
+    /// changed, keeping the prepared statements; a failure leaves the reset
+    /// to the pool.
+    async fn committed(&self, conn: &mut Conn) {
+        if let Some(setup) = &self.0.inner.setup {
+            if conn.query_drop(setup.as_str()).await.is_ok() {
+                conn.reset_connection(false);
+            }
         }
     }
 
-    /// Kills connection `id` from another connection of the pool. Best
-    /// effort: a connection that is gone needs no killing.
-    async fn kill(&self, id: u32) {
-        let killed = async {
-            let mut conn = self.inner.pool.get_conn().await?;
-            conn.query_drop(format!("KILL CONNECTION {id}")).await
+    /// Kills the connection from another connection of the pool, in the
+    /// background and within [`KILL_BOUND`]: the server rolls the
+    /// transaction back and stops whatever statement it still runs. The
+    /// connection itself goes back to the pool, whose clean-up (waiting for
+    /// that statement's end, then a rollback and a reset) finds it dead and
+    /// drops it.
+    fn abandon(&self, conn: Conn) {
+        let id = conn.id();
+        drop(conn);
+        let pool = self.0.inner.pool.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
         };
-        if let Err(err) = tokio::time::timeout(ROLLBACK_BOUND, killed)
-            .await
-            .unwrap_or(Ok(()))
-        {
-            tracing::debug!(id, error = %err, "killing a guarded transaction's connection failed");
-        }
+        drop(runtime.spawn(async move {
+            let killed = async {
+                let mut conn = pool.get_conn().await?;
+                conn.query_drop(format!("KILL CONNECTION {id}")).await
+            };
+            if let Err(err) = tokio::time::timeout(KILL_BOUND, killed)
+                .await
+                .unwrap_or(Ok(()))
+            {
+                // A connection that is gone needs no killing.
+                tracing::debug!(id, error = %err, "killing a guarded transaction's connection failed");
+            }
+        }));
+    }
+
+    fn classify(&self, error: &mysql_async::Error) -> DbErrorKind {
+        crate::error::classify(error)
+    }
+
+    /// The server's error packet in answer to the statement, unless it says
+    /// the connection is going (killed, shutting down): that says nothing of
+    /// a `COMMIT`'s outcome.
+    fn refused(&self, error: &mysql_async::Error) -> bool {
+        matches!(error, mysql_async::Error::Server(_))
+            && crate::error::classify(error) != DbErrorKind::Connection
     }
 }

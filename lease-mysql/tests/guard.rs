@@ -510,3 +510,74 @@ async fn work_that_panics_is_rolled_back() {
     assert_eq!(biz_rows(&store, table).await, vec![(2, 0)]);
     teardown(&store, table).await;
 }
+
+/// Issue 23, item 11: the answer to a guarded transaction's `COMMIT` is lost
+/// (a proxy forwards the `COMMIT`, the server commits, the client never
+/// hears): the error says the outcome is unknown and is not retryable. The
+/// work is in the database: a caller that retried would have written it
+/// twice.
+#[tokio::test]
+async fn a_lost_answer_to_commit_is_an_unknown_outcome_not_a_retryable_error() {
+    use lease_conformance::proxy::{Proxy, Verdict};
+
+    let Some(url) = common::url() else { return };
+    let table = &common::unique("guard_lost_commit");
+    let store = setup(&url, table).await;
+    let armed = Arc::new(AtomicBool::new(false));
+    let trigger = armed.clone();
+    let proxy = Proxy::start_intercepted(common::upstream(&url), move || {
+        let trigger = trigger.clone();
+        move |bytes: &[u8]| {
+            // A COM_QUERY packet (length, sequence, 0x03) of `COMMIT`.
+            let commit = bytes.len() >= 11 && bytes[4] == 3 && &bytes[5..11] == b"COMMIT";
+            if commit && trigger.swap(false, Ordering::SeqCst) {
+                Verdict::LoseTheAnswer
+            } else {
+                Verdict::Forward
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let proxied = MySqlStore::builder(&common::with_param(
+        &lease_conformance::network::url_via(&url, proxy.addr()).unwrap(),
+        "prefer_socket=false",
+    ))
+    .unwrap()
+    .with_table(table)
+    .with_pool_constraints(1, 1)
+    .connect()
+    .await
+    .unwrap();
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "lost-commit").await;
+    let term = ctx.term();
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, ?)");
+    armed.store(true, Ordering::SeqCst);
+    let err = proxied
+        .transaction(&ctx, |tx| {
+            Box::pin(async move { tx.exec_drop(sql, (term,)).await })
+        })
+        .await
+        .unwrap_err();
+    assert!(!armed.load(Ordering::SeqCst), "the COMMIT never went out");
+    assert!(
+        !err.is_retryable(),
+        "a lost answer to COMMIT must not read as retryable: {err:?}"
+    );
+    assert!(err.is_outcome_unknown(), "{err:?}");
+    assert_eq!(
+        biz_rows(&store, table).await,
+        vec![(1, term)],
+        "the server committed the work whose answer was lost"
+    );
+    // The store serves the next transaction on a new connection.
+    let sql = format!("INSERT INTO {table}_biz VALUES (2, ?)");
+    proxied
+        .transaction(&ctx, |tx| {
+            Box::pin(async move { tx.exec_drop(sql, (term,)).await })
+        })
+        .await
+        .unwrap();
+    teardown(&store, table).await;
+}

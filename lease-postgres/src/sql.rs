@@ -226,18 +226,31 @@ fn verify(t: &str) -> String {
 /// the first statement of a guarded transaction. When the lease is held it
 /// also sets `idle_in_transaction_session_timeout` to `$3` (milliseconds,
 /// as text) for the transaction, so that a holder frozen inside it cannot
-/// keep the row locked, and every claim of the name waiting, for longer.
+/// keep the row locked, and every claim of the name waiting, for longer;
+/// and, on PostgreSQL 14 and later, `client_connection_check_interval` to
+/// [`CONNECTION_CHECK_MS`], so that a statement of a transaction whose
+/// connection was closed under it (abandoned behind a pooler, where no
+/// cancel request is sent) stops within that interval and rolls back.
 /// `$4` is the handle's term: a row of another tenure does not verify.
+/// -> `term` (and the two settings, unread).
 fn verify_locked(t: &str) -> String {
     format!(
         "WITH now AS MATERIALIZED (SELECT {CLOCK_MS} AS ms) \
-         SELECT l.term, set_config('idle_in_transaction_session_timeout', $3::text, true) \
+         SELECT l.term, set_config('idle_in_transaction_session_timeout', $3::text, true), \
+                CASE WHEN current_setting('server_version_num')::int >= 140000 \
+                     THEN set_config('client_connection_check_interval', \
+                                     '{CONNECTION_CHECK_MS}', true) END \
            FROM {t} AS l, now \
           WHERE l.name = $1::text AND l.holder = $2::text AND l.term = $4::bigint \
             AND l.expires_at_ms > now.ms \
             FOR KEY SHARE OF l"
     )
 }
+
+/// How often, in milliseconds, a guarded transaction's statement checks
+/// that its client is still connected (`client_connection_check_interval`,
+/// PostgreSQL 14 and later).
+pub(crate) const CONNECTION_CHECK_MS: u32 = 500;
 
 /// The guard for other drivers (`PostgresStore::guard_statement`): the
 /// verification of `verify_locked` without the session setting.

@@ -4,9 +4,12 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Transaction};
+use lease_core::guard::{self, GuardDriver};
 use lease_core::{
-    BoxError, BoxFuture, Dialect, GuardError, GuardStatement, LeaseContext, LeaseStore,
+    BoxError, BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement,
+    LeaseContext, LeaseStore,
 };
+use tokio_postgres::error::Severity;
 use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, NoTls};
 
@@ -29,14 +32,22 @@ impl PostgresStore {
     ///    [`GuardError::Lost`] returned: not one statement of the
     ///    work runs.
     /// 2. `work` runs on the transaction. An `Err` rolls it back, an `Ok`
-    ///    commits it.
+    ///    commits it (within the store's statement timeout).
     /// 3. Should `ctx` end first (the lease is lost, or the process shuts
-    ///    down), the work is dropped at its next `.await`, the transaction
-    ///    rolled back, and the call returns at once with
-    ///    [`GuardError::Lost`] or [`GuardError::Ended`]. Its
-    ///    connection leaves the pool; a statement still running on the
-    ///    server is cancelled (a cancel request, for the store's own pool)
-    ///    and the connection closed, which rolls the transaction back.
+    ///    down), the work is dropped at its next `.await`, and the call
+    ///    returns at once with [`GuardError::Lost`] or [`GuardError::Ended`].
+    ///    Its connection leaves the pool and is closed, which rolls the
+    ///    transaction back; a statement still running on the server is
+    ///    cancelled first with a cancel request, except behind a pooler
+    ///    (`statement_mode=unnamed`: PgBouncer 1.18 can crash on a cancel
+    ///    request), where closing the connection makes the pooler close its
+    ///    server connection, and the statement stops within 500 ms
+    ///    (`client_connection_check_interval`, which the verification sets
+    ///    for the transaction on PostgreSQL 14 and later; an older server
+    ///    runs it to its end, the row locked until then). A work that
+    ///    panics, or a call dropped, leaves its connection the same way:
+    ///    it never goes back to the pool, where the next transaction could
+    ///    get a session the server is ending.
     ///
     /// **Fencing.** The verification keeps a `FOR KEY SHARE` lock on the
     /// lease row until the transaction ends, and every claim of this crate
@@ -95,14 +106,18 @@ impl PostgresStore {
     /// [`GuardError::Lost`] when the lease is lost (found so by the
     /// verification, or by `ctx`); [`GuardError::Ended`] when `ctx`
     /// ended otherwise; [`GuardError::Database`] when the database
-    /// does not answer; [`GuardError::Work`] with the work's error.
+    /// does not answer before `COMMIT` is sent, or refuses the `COMMIT`;
+    /// [`GuardError::OutcomeUnknown`] when `COMMIT` was sent and no answer
+    /// came (the connection failed, or the statement timeout passed): it
+    /// may have committed, so it is not retryable; [`GuardError::Work`]
+    /// with the work's error.
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before the work has returned rolls the
-    /// transaction back (the driver sends `ROLLBACK` when a transaction is
-    /// dropped). Dropping it while `COMMIT` is in flight leaves the outcome
-    /// unknown, as with any commit whose answer is lost.
+    /// Dropping the future before `COMMIT` is sent rolls the transaction
+    /// back (its connection is closed, as when `ctx` ends). Dropping it
+    /// while `COMMIT` is in flight leaves the outcome unknown, as with any
+    /// commit whose answer is lost.
     pub async fn transaction<T, E, F>(
         &self,
         ctx: &LeaseContext,
@@ -113,90 +128,11 @@ impl PostgresStore {
         T: Send,
         E: Send,
     {
-        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
-    }
-
-    async fn guarded_transaction<T, E, F>(
-        &self,
-        ctx: &LeaseContext,
-        work: F,
-    ) -> Result<T, GuardError<E>>
-    where
-        F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>> + Send,
-        T: Send,
-        E: Send,
-    {
-        let handle = ctx.handle();
-        let name = handle.name();
-        if ctx.is_cancelled() {
-            return Err(GuardError::ended(ctx));
-        }
-        let db = |e: BoxError| self.db_error(name, e);
-        let mut client = tokio::select! {
-            biased;
-            () = ctx.cancelled() => return Err(GuardError::ended(ctx)),
-            got = self.inner.pool.get() => got.map_err(|e| db(e.into()))?,
+        let driver = Driver {
+            store: self,
+            idle_ms: idle_bound_ms(ctx.handle().leases().timings().deadline()),
         };
-        let cancel = client.cancel_token();
-        let verify = self.inner.sql.verify_locked.as_str();
-        let idle_ms = idle_bound_ms(handle.leases().timings().deadline());
-        let term = i64::try_from(handle.term()).unwrap_or(i64::MAX);
-        let raced = {
-            let open = verify_then_work(
-                &mut client,
-                self.inner.statement_mode,
-                verify,
-                (name, handle.token().expose(), term),
-                &idle_ms,
-                db,
-                work,
-            );
-            tokio::select! {
-                biased;
-                () = ctx.cancelled() => None,
-                done = open => Some(done),
-            }
-        };
-        let raced = match raced {
-            Some(raced) => raced,
-            None => {
-                // Nothing holds the connection any more: take it.
-                drop(raced);
-                tracing::debug!(
-                    name,
-                    term = handle.term(),
-                    cause = ?ctx.cause(),
-                    "guarded transaction abandoned: the lease context ended"
-                );
-                self.abandon(client, cancel);
-                return Err(GuardError::ended(ctx));
-            }
-        };
-        let bound = self.inner.commit_bound;
-        match raced {
-            Err(e) => Err(e),
-            Ok((tx, Ok(value))) => match tokio::time::timeout(bound, tx.commit()).await {
-                Ok(Ok(())) => Ok(value),
-                Ok(Err(e)) => Err(db(e.into())),
-                Err(_) => Err(db(format!(
-                    "COMMIT got no answer within {bound:?}; its outcome is unknown"
-                )
-                .into())),
-            },
-            Ok((tx, Err(e))) => {
-                // The work's error is what the caller needs; a rollback that
-                // fails leaves the transaction to end with its connection.
-                let _ = tokio::time::timeout(bound, tx.rollback()).await;
-                Err(GuardError::Work(e))
-            }
-        }
-    }
-
-    /// A failed statement of the guard, classified as the store classifies
-    /// its own errors.
-    fn db_error<E>(&self, name: &str, source: BoxError) -> GuardError<E> {
-        let kind = self.classify(source.as_ref());
-        GuardError::database(name, kind, source)
+        guard::drive(ctx, &driver, work).await
     }
 
     /// The guard statement, for running the fence by hand in a transaction
@@ -216,29 +152,6 @@ impl PostgresStore {
     pub fn guard_statement(&self) -> GuardStatement {
         GuardStatement::new(Dialect::Postgres, "BEGIN", self.inner.sql.guard.clone())
     }
-
-    /// Takes the connection of an abandoned transaction out of the pool,
-    /// cancels whatever statement it still runs, and closes it: the server
-    /// rolls the transaction back. The cancel request goes first, on a task
-    /// of its own so the caller returns at once; the task owns nothing but
-    /// the connection and ends within [`CANCEL_BOUND`], closing it.
-    fn abandon(&self, client: Object, cancel: CancelToken) {
-        let client = Object::take(client);
-        let tls = self.inner.cancel.clone();
-        drop(tokio::spawn(async move {
-            let request = async {
-                match tls {
-                    CancelTls::Plain => cancel.cancel_query(NoTls).await,
-                    CancelTls::Rustls(tls) => cancel.cancel_query(tls).await,
-                    CancelTls::Unknown => Ok(()),
-                }
-            };
-            if let Ok(Err(e)) = tokio::time::timeout(CANCEL_BOUND, request).await {
-                tracing::debug!(error = %e, "cancel request for an abandoned guarded transaction failed");
-            }
-            drop(client);
-        }));
-    }
 }
 
 /// The server-side bound on how long a guarded transaction may sit idle
@@ -252,55 +165,134 @@ fn idle_bound_ms(deadline: std::time::Duration) -> String {
     deadline.as_millis().max(1).to_string()
 }
 
-/// `BEGIN`, the verification under `FOR KEY SHARE`, then the work; the
-/// transaction is handed back open, for the caller to commit or roll back
-/// outside the race with the context.
-async fn verify_then_work<'c, T, E, F>(
-    client: &'c mut Object,
-    mode: StatementMode,
-    verify: &str,
-    (name, holder, term): (&str, &str, i64),
-    idle_ms: &str,
-    db: impl Fn(BoxError) -> GuardError<E> + Send + Sync,
-    work: F,
-) -> Result<(Transaction<'c>, Result<T, E>), GuardError<E>>
-where
-    F: for<'a, 't> FnOnce(&'a mut Transaction<'t>) -> BoxFuture<'a, Result<T, E>> + Send,
-    T: Send,
-    E: Send,
-{
-    let db = |e: tokio_postgres::Error| db(e.into());
-    let mut tx = client.transaction().await.map_err(db)?;
-    let token = TokenParam(holder);
-    let verified = match mode {
-        // Behind a transaction-pooling PgBouncer: no named statement.
-        StatementMode::Unnamed => tx
-            .query_typed_opt(
-                verify,
-                &[
-                    (&name, Type::TEXT),
-                    (&token, Type::TEXT),
-                    (&idle_ms, Type::TEXT),
-                    (&term, Type::INT8),
-                ],
-            )
-            .await
-            .map_err(db)?,
-        StatementMode::Prepared => {
-            let stmt = tx.prepare_cached(verify).await.map_err(db)?;
-            tx.query_opt(&stmt, &[&name, &token, &idle_ms, &term])
-                .await
-                .map_err(db)?
-        }
-    };
-    if verified.is_none() {
-        tracing::debug!(
-            name,
-            "guarded transaction refused: the lease is no longer this holder's"
-        );
-        let _ = tx.rollback().await;
-        return Err(GuardError::not_holder(name));
+/// A connection of the store's pool for one guarded transaction, with what
+/// it takes to cancel its statements.
+struct Conn {
+    client: Object,
+    cancel: CancelToken,
+}
+
+/// [`PostgresStore::transaction`]'s mechanics, for [`guard::drive`].
+struct Driver<'s> {
+    store: &'s PostgresStore,
+    /// The transaction's `idle_in_transaction_session_timeout`.
+    idle_ms: String,
+}
+
+impl GuardDriver for Driver<'_> {
+    type Conn = Conn;
+    type Tx<'c> = Transaction<'c>;
+    type Error = BoxError;
+
+    async fn connect(&self) -> Result<Conn, BoxError> {
+        let client = self.store.inner.pool.get().await?;
+        Ok(Conn {
+            cancel: client.cancel_token(),
+            client,
+        })
     }
-    let outcome = work(&mut tx).await;
-    Ok((tx, outcome))
+
+    /// `BEGIN`, then the verification under `FOR KEY SHARE`.
+    async fn open<'c>(
+        &self,
+        conn: &'c mut Conn,
+        params: GuardParams<'_>,
+    ) -> Result<(Transaction<'c>, Option<u64>), BoxError> {
+        let verify = self.store.inner.sql.verify_locked.as_str();
+        let (name, token, term) = (params.name, TokenParam(params.token.expose()), params.term);
+        let idle_ms = self.idle_ms.as_str();
+        let tx = conn.client.transaction().await?;
+        let row = match self.store.inner.statement_mode {
+            // Behind a transaction-pooling PgBouncer: no named statement.
+            StatementMode::Unnamed => {
+                tx.query_typed_opt(
+                    verify,
+                    &[
+                        (&name, Type::TEXT),
+                        (&token, Type::TEXT),
+                        (&idle_ms, Type::TEXT),
+                        (&term, Type::INT8),
+                    ],
+                )
+                .await?
+            }
+            StatementMode::Prepared => {
+                let stmt = tx.prepare_cached(verify).await?;
+                tx.query_opt(&stmt, &[&name, &token, &idle_ms, &term])
+                    .await?
+            }
+        };
+        let found = match row {
+            Some(row) => Some(lease_core::term_from_db(row.try_get::<_, i64>(0)?)?),
+            None => None,
+        };
+        Ok((tx, found))
+    }
+
+    async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), BoxError> {
+        Ok(tx.commit().await?)
+    }
+
+    async fn rollback<'c>(&self, tx: Self::Tx<'c>) -> Result<(), BoxError> {
+        Ok(tx.rollback().await?)
+    }
+
+    /// Takes the connection out of the pool and closes it (its task is
+    /// aborted, its socket closed): the server rolls the transaction back.
+    /// On a direct connection a cancel request goes first, on a task of its
+    /// own bounded by [`CANCEL_BOUND`], so that a statement still running
+    /// stops at once rather than when the server next notices the closed
+    /// socket. Behind a pooler (`statement_mode=unnamed`) no cancel request
+    /// is sent (PgBouncer 1.18 can crash on one): closing the connection
+    /// makes the pooler close its server connection, and the statement
+    /// stops within `client_connection_check_interval` (set by the
+    /// verification on PostgreSQL 14 and later; an older server runs it to
+    /// its end).
+    fn abandon(&self, conn: Conn) {
+        let Conn { client, cancel } = conn;
+        let client = Object::take(client);
+        let tls = match self.store.inner.statement_mode {
+            StatementMode::Unnamed => None,
+            StatementMode::Prepared => Some(self.store.inner.cancel.clone()),
+        };
+        let Some(tls) = tls.filter(|tls| !matches!(tls, CancelTls::Unknown)) else {
+            drop(client);
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(client);
+            return;
+        };
+        drop(runtime.spawn(async move {
+            let request = async {
+                match tls {
+                    CancelTls::Plain | CancelTls::Unknown => cancel.cancel_query(NoTls).await,
+                    CancelTls::Rustls(tls) => cancel.cancel_query(tls).await,
+                }
+            };
+            if let Ok(Err(e)) = tokio::time::timeout(CANCEL_BOUND, request).await {
+                tracing::debug!(error = %e, "cancel request for an abandoned guarded transaction failed");
+            }
+            drop(client);
+        }));
+    }
+
+    /// The store's own: its statement timeout.
+    fn bound(&self) -> Option<Duration> {
+        Some(self.store.inner.commit_bound)
+    }
+
+    fn classify(&self, error: &BoxError) -> DbErrorKind {
+        self.store.classify(error.as_ref())
+    }
+
+    /// The server's `ERROR` in answer to the statement. A `FATAL` (the
+    /// session terminated) or no answer at all says nothing of a `COMMIT`'s
+    /// outcome.
+    fn refused(&self, error: &BoxError) -> bool {
+        error
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+            .is_some_and(|db| db.parsed_severity() == Some(Severity::Error))
+    }
 }

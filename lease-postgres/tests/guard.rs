@@ -376,20 +376,16 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
     let leases = Leases::new(store.clone());
     let sql = insert(&business);
 
-    // Behind a transaction-pooling PgBouncer (the CI's step through it),
-    // only the loss while the work waits in Rust: the abandoned statement
-    // running on the server is cancelled with a cancel request, which
-    // PgBouncer 1.18 (Debian's) forwards and then may crash on
-    // ("disconnect_client(): bad client state", when the requesting client
-    // has closed its socket first, as tokio-postgres does), taking every
-    // pooled connection with it. Run against PgBouncer 1.19 or later, or
-    // directly, for that half.
-    let pooled = url.contains("statement_mode=unnamed");
+    // Behind a transaction-pooling PgBouncer (the CI's step through it)
+    // the store sends no cancel request, which PgBouncer 1.18 (Debian's)
+    // may crash on ("disconnect_client(): bad client state"), taking every
+    // pooled connection with it (issue 23, item 8): it closes the
+    // connection, PgBouncer closes its server connection, and the server
+    // stops the statement at its next connection check
+    // (`client_connection_check_interval`, PostgreSQL 14 and later). Both
+    // halves run there too, with the same assertions.
     let stall = "SELECT pg_sleep(30)";
-    let halves: &[bool] = if pooled { &[false] } else { &[false, true] };
-    // A loss while the work waits in Rust, and while a statement runs on
-    // the server: both end at once, roll back, and say it is a loss.
-    for &on_server in halves {
+    for on_server in [false, true] {
         let h = leases.claim("cancelled").await.unwrap().unwrap();
         let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
         let ender = ctx.clone();
@@ -415,8 +411,9 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
             })
             .await
             .unwrap_err();
+        // At once: not after the 30 s the statement would take.
         assert!(
-            started.elapsed() < Duration::from_secs(2),
+            started.elapsed() < Duration::from_secs(10),
             "{:?}",
             started.elapsed()
         );
@@ -432,7 +429,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
             store.table()
         );
         let mut locked = true;
-        for _ in 0..20 {
+        for _ in 0..100 {
             if client.query_typed(&lock, &[]).await.is_ok() {
                 locked = false;
                 break;
@@ -442,7 +439,7 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
         assert!(!locked, "the abandoned transaction still holds the row");
         h.release().await.unwrap();
         let mut still_running = 1;
-        for _ in 0..20 {
+        for _ in 0..100 {
             still_running = client
                 .query_typed_one(
                     "SELECT count(*) FROM pg_stat_activity WHERE query = $1 \
@@ -518,6 +515,182 @@ async fn the_context_ending_rolls_back_and_returns_at_once() {
 
     assert!(notes(&store, &business).await.is_empty());
     teardown(&store, &business).await;
+}
+
+/// Issue 23, item 8: behind a pooler (`statement_mode=unnamed`) a guarded
+/// transaction abandoned mid-statement sends no cancel request (PgBouncer
+/// 1.18 can crash on one): it closes the connection, and the server stops
+/// the statement at its next connection check and rolls back. On a direct
+/// connection the cancel request goes first, which shows the count below
+/// can see one. A proxy in front of the server counts the cancel requests:
+/// a connection whose first packet is a `CancelRequest`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_pooler_an_abandoned_statement_is_closed_not_cancelled() {
+    let Some(url) = common::url() else { return };
+    let (setup, business) = setup(&url).await;
+    let pooled = url.contains("statement_mode=unnamed");
+    let upstream = lease_conformance::network::server_of(&url, 5432).unwrap();
+    let cancels = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = cancels.clone();
+    let proxy = lease_conformance::proxy::Proxy::start_observed(upstream, move || {
+        let seen = seen.clone();
+        let mut first = Vec::new();
+        move |bytes: &[u8]| {
+            if first.len() < 8 {
+                first.extend_from_slice(&bytes[..bytes.len().min(8 - first.len())]);
+                // Length 16, then the cancel request code 80877102.
+                if first == [0, 0, 0, 16, 4, 210, 22, 46] {
+                    let _ = seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let proxied = lease_conformance::network::url_via(&url, proxy.addr()).unwrap();
+    let proxied = common::with_param(&proxied, "sslmode=disable");
+    // The direct half (through a pooler the prepared mode is not an option).
+    let modes: &[bool] = if pooled { &[true] } else { &[true, false] };
+    for &unnamed in modes {
+        let url = if unnamed && !pooled {
+            common::with_param(&proxied, "statement_mode=unnamed")
+        } else {
+            proxied.clone()
+        };
+        let store = PostgresStore::builder(&url)
+            .unwrap()
+            .with_table(setup.table())
+            .connect()
+            .await
+            .unwrap();
+        let leases = Leases::new(store.clone());
+        let name = format!("abandoned-{unnamed}");
+        let h = leases.claim(&name).await.unwrap().unwrap();
+        let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+        let ender = ctx.clone();
+        drop(tokio::spawn(async move {
+            sleep(Duration::from_millis(300)).await;
+            ender.end(EndCause::Lost(LostCause::DeadlineExceeded));
+        }));
+        let sql = insert(&business);
+        let stall = format!("SELECT pg_sleep(30) -- {name}");
+        let before = cancels.load(Ordering::SeqCst);
+        let err = store
+            .transaction(&ctx, move |tx| {
+                Box::pin(async move {
+                    let _ = tx
+                        .execute_typed(&sql, &[(&1_i64, Type::INT8), (&"abandoned", Type::TEXT)])
+                        .await?;
+                    let _ = tx.execute_typed(&stall, &[]).await?;
+                    Ok::<_, lease_postgres::tokio_postgres::Error>(())
+                })
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_lost(), "{err:?}");
+        // The server lets go of the row: the statement stopped, the
+        // transaction rolled back.
+        let lock = format!(
+            "SELECT 1 FROM \"{}\" WHERE name = '{name}' FOR UPDATE NOWAIT",
+            setup.table()
+        );
+        let client = setup.pool().get().await.unwrap();
+        let mut locked = true;
+        for _ in 0..100 {
+            if client.query_typed(&lock, &[]).await.is_ok() {
+                locked = false;
+                break;
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !locked,
+            "unnamed: {unnamed}: the abandoned transaction still holds the row"
+        );
+        // Its cancel request, if any, was sent before the connection closed.
+        let sent = cancels.load(Ordering::SeqCst) - before;
+        if unnamed {
+            assert_eq!(sent, 0, "a cancel request was sent behind a pooler");
+        } else {
+            assert_eq!(sent, 1, "no cancel request on a direct connection");
+        }
+        h.release().await.unwrap();
+    }
+    assert!(notes(&setup, &business).await.is_empty());
+    teardown(&setup, &business).await;
+}
+
+/// Issue 23, item 11: the answer to a guarded transaction's `COMMIT` is lost
+/// (a proxy forwards the `COMMIT`, the server commits, the client never
+/// hears): the error says the outcome is unknown and is not retryable. The
+/// work is in the database: a caller that retried would have written it
+/// twice.
+#[tokio::test]
+async fn a_lost_answer_to_commit_is_an_unknown_outcome_not_a_retryable_error() {
+    let Some(url) = common::url() else { return };
+    let (setup, business) = setup(&url).await;
+    let upstream = lease_conformance::network::server_of(&url, 5432).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let trigger = armed.clone();
+    let proxy = lease_conformance::proxy::Proxy::start_intercepted(upstream, move || {
+        let trigger = trigger.clone();
+        move |bytes: &[u8]| {
+            let commit = bytes.windows(6).any(|w| w == b"COMMIT");
+            if commit && trigger.swap(false, Ordering::SeqCst) {
+                lease_conformance::proxy::Verdict::LoseTheAnswer
+            } else {
+                lease_conformance::proxy::Verdict::Forward
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let proxied = lease_conformance::network::url_via(&url, proxy.addr()).unwrap();
+    let store = PostgresStore::builder(&common::with_param(&proxied, "sslmode=disable"))
+        .unwrap()
+        .with_table(setup.table())
+        .with_pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let leases = Leases::new(setup.clone());
+    let h = leases.claim("committed").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let sql = insert(&business);
+    armed.store(true, Ordering::SeqCst);
+    let err = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"once", Type::TEXT)])
+                    .await
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(!armed.load(Ordering::SeqCst), "the COMMIT never went out");
+    assert!(
+        !err.is_retryable(),
+        "a lost answer to COMMIT must not read as retryable: {err:?}"
+    );
+    assert!(err.is_outcome_unknown(), "{err:?}");
+    assert_eq!(
+        notes(&setup, &business).await,
+        ["once"],
+        "the server committed the work whose answer was lost"
+    );
+    // The store serves the next transaction on a new connection.
+    let sql = insert(&business);
+    let _ = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"next", Type::TEXT)])
+                    .await
+            })
+        })
+        .await
+        .unwrap();
+    h.release().await.unwrap();
+    teardown(&setup, &business).await;
 }
 
 /// The fence holds for every kind of claim: an instant's claim and a second
@@ -756,6 +929,98 @@ async fn work_that_fails_or_panics_is_rolled_back() {
         .unwrap();
     assert_eq!(notes(&store, &business).await, ["after"]);
     teardown(&store, &business).await;
+}
+
+/// Issue 23, item 7: a panic in the work must not hand the pool a connection
+/// the server is about to close. The panic hook runs before the unwinding
+/// that drops the transaction, and it can take long (a backtrace, a slow
+/// log): here it blocks the runtime past the local deadline, so the server
+/// ends the session idle in its transaction
+/// (`idle_in_transaction_session_timeout`) while the client, blocked, has
+/// not noticed yet. Such a connection must leave the pool, not serve the
+/// next transaction (`Database { kind: Connection, source: Closed }`).
+#[tokio::test]
+async fn a_connection_a_panicking_work_left_behind_is_not_reused() {
+    let Some(url) = common::url() else { return };
+    let (setup, business) = setup(&url).await;
+    // One connection: the next transaction gets the panicked one's, unless
+    // the store took it out of the pool.
+    let store = PostgresStore::builder(&url)
+        .unwrap()
+        .with_table(setup.table())
+        .with_pool_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let leases = Leases::new(store.clone()).with_timings(short());
+    let h = leases.claim("job").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
+    let sql = insert(&business);
+    slow_panic_hook();
+
+    let panicked = {
+        let (store, ctx, s) = (store.clone(), ctx.clone(), sql.clone());
+        tokio::spawn(async move {
+            store
+                .transaction(&ctx, move |tx| {
+                    Box::pin(async move {
+                        let _ = tx
+                            .execute_typed(&s, &[(&1_i64, Type::INT8), (&"panicked", Type::TEXT)])
+                            .await
+                            .unwrap();
+                        panic!("{SLOW_PANIC}");
+                        #[allow(unreachable_code)]
+                        Ok::<(), std::io::Error>(())
+                    })
+                })
+                .await
+        })
+        .await
+    };
+    assert!(panicked.unwrap_err().is_panic());
+
+    // The hook outlasted the 800 ms lease: the next transaction runs under
+    // another.
+    let h = leases.claim("next").await.unwrap().unwrap();
+    let ctx = LeaseContext::new(h, CancellationToken::new());
+    let after = store
+        .transaction(&ctx, move |tx| {
+            Box::pin(async move {
+                tx.execute_typed(&sql, &[(&1_i64, Type::INT8), (&"after", Type::TEXT)])
+                    .await
+            })
+        })
+        .await;
+    assert!(
+        after.is_ok(),
+        "the transaction after a panicked one failed: {after:?}"
+    );
+    assert_eq!(notes(&setup, &business).await, ["after"]);
+    teardown(&setup, &business).await;
+}
+
+/// The message of a panic that [`slow_panic_hook`] makes slow.
+const SLOW_PANIC: &str = "in the work, with a slow panic hook";
+
+/// Installs (once) a panic hook that blocks 1.5 s, three times the short
+/// timings' local deadline, for a panic whose message is [`SLOW_PANIC`],
+/// and otherwise does what the hook before it did.
+fn slow_panic_hook() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied());
+            if message == Some(SLOW_PANIC) {
+                std::thread::sleep(Duration::from_millis(1_500));
+            }
+            before(info);
+        }));
+    });
 }
 
 /// A TCP proxy in front of the server counting the client's round trips:

@@ -2,7 +2,6 @@
 //! set-up (WAL, busy timeout, `synchronous`, the file's permissions).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use lease_core::Timings;
@@ -284,10 +283,10 @@ impl SqliteStoreBuilder {
                 });
             }
         }
+        let interrupt = conn.get_interrupt_handle();
         Ok(SqliteStore::from_inner(Inner {
-            queue: crate::bridge::spawn_connection_thread().map_err(SqliteError::Thread)?,
-            interrupt: conn.get_interrupt_handle(),
-            conn: Mutex::new(conn),
+            queue: crate::conn::spawn_connection_thread(conn).map_err(SqliteError::Thread)?,
+            interrupt,
             sql: Statements::new(table),
             path,
             busy_timeout: self.busy_timeout,

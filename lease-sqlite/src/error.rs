@@ -89,7 +89,7 @@ pub enum SqliteError {
 }
 
 impl SqliteError {
-    /// The error of a call through the blocking bridge: SQLite's own, or
+    /// The error of a call on the connection thread: SQLite's own, or
     /// the call did not complete.
     pub(crate) fn from_call(error: lease_core::BoxError) -> Self {
         match error.downcast::<rusqlite::Error>() {

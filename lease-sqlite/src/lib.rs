@@ -1,8 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod bridge;
 mod builder;
+mod conn;
 mod error;
 mod schema;
 mod sql;

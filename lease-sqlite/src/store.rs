@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,7 +10,7 @@ use lease_core::{
     BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Token,
     Unfinished,
 };
-use rusqlite::{Connection, InterruptHandle, OptionalExtension, params};
+use rusqlite::{InterruptHandle, OptionalExtension, params};
 
 use crate::builder::MEMORY;
 use crate::sql::{
@@ -57,12 +57,11 @@ pub struct SqliteStore {
 }
 
 pub(crate) struct Inner {
-    /// The calls' queue for the connection, served by the store's
-    /// connection thread: see the bridge.
-    pub(crate) queue: std::sync::mpsc::Sender<crate::bridge::Job>,
-    pub(crate) conn: Mutex<Connection>,
-    /// Interrupts the statement running on `conn`: only ever used while a
-    /// guarded transaction holds it (see [`TxControl`]).
+    /// The queue for the connection, which the store's connection thread
+    /// owns and serves: see the `conn` module.
+    pub(crate) queue: std::sync::mpsc::Sender<crate::conn::Job>,
+    /// Interrupts the statement running on the connection: only ever used
+    /// while a guarded transaction holds it (see the transaction module).
     pub(crate) interrupt: InterruptHandle,
     pub(crate) sql: Statements,
     /// `None` for an in-memory database.

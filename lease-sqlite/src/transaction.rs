@@ -1,14 +1,30 @@
 //! [`SqliteStore::transaction`]: the guarded transaction, and the guard
 //! statement for other drivers.
+//!
+//! A guarded transaction is a session: one job in the connection's queue
+//! (see the `conn` module) that holds the connection from `BEGIN IMMEDIATE`
+//! to its end, and takes its steps from the async side as
+//! [`lease_core::guard::drive`] asks for them, through a channel of its
+//! own: the guard, then `COMMIT` or `ROLLBACK`. The work is synchronous and
+//! goes with the guard: the session runs it as the guard's answer goes back
+//! (only when the guard found the handle's term, the condition `drive` then
+//! checks), so the connection waits one round trip with the async side,
+//! for the commit, not three. An abandoned session (its caller gone) rolls
+//! back and ends; the statement it runs is interrupted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use lease_core::{Dialect, GuardError, GuardStatement, LeaseContext};
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use lease_core::guard::{self, GuardDriver};
+use lease_core::{
+    BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement, LeaseContext,
+};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use tokio::sync::oneshot;
 
 use crate::sql::{self, term_at};
-use crate::store::{Inner, SqliteStore};
+use crate::store::SqliteStore;
 
 impl SqliteStore {
     /// Runs `work` in a transaction guarded by the lease `ctx` runs under,
@@ -24,27 +40,30 @@ impl SqliteStore {
     ///
     /// The transaction ends with the lease context: when `ctx` is cancelled
     /// (the lease lost, the parent cancelled, the renewals stopped) before
-    /// the commit, the statement `work` is running is interrupted and the
-    /// transaction rolled back. `work` commits nothing itself: returning
-    /// `Ok` commits, `Err` rolls back. A panic in `work` rolls back and
-    /// resumes on the caller.
+    /// the commit, the statement `work` is running is interrupted, the
+    /// transaction rolled back, and the call returns at once. `work` commits
+    /// nothing itself: returning `Ok` commits, `Err` rolls back. A panic in
+    /// `work` rolls back and resumes on the caller.
     ///
     /// This is the contract of [`lease_core::guard`], which every backend
     /// keeps: the same method, the same error type, the same rollback rules,
-    /// the term compared with the handle's. Only the closure differs: it is
-    /// synchronous, and runs on tokio's blocking pool, on the thread that
-    /// holds the store's connection. rusqlite is a blocking driver: its
-    /// `Transaction` borrows a `Connection` that is not `Sync`, so an async
-    /// closure would hold the connection across `.await`s on a runtime
-    /// thread, blocking it on every statement. The context ending
-    /// interrupts the statement the work is running instead of dropping a
-    /// future.
+    /// the term compared with the handle's (the flow is
+    /// [`lease_core::guard::drive`], as on every backend). Only the closure
+    /// differs: it is synchronous, and runs on the store's connection
+    /// thread. rusqlite is a blocking driver: its `Transaction` borrows a
+    /// `Connection` that is not `Sync`, so an async closure would hold the
+    /// connection across `.await`s on a runtime thread, blocking it on every
+    /// statement. The context ending interrupts the statement the work is
+    /// running instead of dropping a future.
     ///
-    /// The store has one connection: the holder's own renewals wait for the
-    /// transaction to end. Keep each guarded transaction shorter than half
-    /// the local deadline (5 s with the default timings), the bound on each
-    /// renewal attempt; one longer than the local deadline always costs the
-    /// lease. See the crate documentation.
+    /// The store has one connection, and every use of it waits its turn in
+    /// one queue: the holder's own renewals wait for the transaction to end,
+    /// and a renewal that falls due during it runs before the next
+    /// transaction the work asks for. Keep each guarded transaction shorter
+    /// than half the local deadline (5 s with the default timings), the
+    /// bound on each renewal attempt: then transactions back to back cannot
+    /// cost the lease. One longer than the local deadline always does. See
+    /// the crate documentation.
     ///
     /// ```
     /// use lease_core::Leases;
@@ -83,8 +102,11 @@ impl SqliteStore {
     /// `ctx` ends otherwise before the commit (or had ended already);
     /// [`GuardError::Database`] (its source the `rusqlite::Error`) when a
     /// statement of the guard fails (another connection holding the write
-    /// lock past the busy timeout, for one); [`GuardError::Work`] with what
-    /// `work` returned.
+    /// lock past the busy timeout, for one), `COMMIT` included: SQLite is
+    /// in the process, so its answer is never lost, and a failed `COMMIT`
+    /// committed nothing; [`GuardError::OutcomeUnknown`] only when the
+    /// `COMMIT` did not end within the statement timeout;
+    /// [`GuardError::Work`] with what `work` returned.
     ///
     /// # Cancel safety
     ///
@@ -102,49 +124,24 @@ impl SqliteStore {
         T: Send + 'static,
         E: Send + 'static,
     {
-        lease_core::metrics::guarded_transaction(self.guarded_transaction(ctx, work).await)
-    }
-
-    async fn guarded_transaction<T, E, F>(
-        &self,
-        ctx: &LeaseContext,
-        work: F,
-    ) -> Result<T, GuardError<E>>
-    where
-        F: FnOnce(&Transaction<'_>) -> Result<T, E> + Send + 'static,
-        T: Send + 'static,
-        E: Send + 'static,
-    {
-        let control = Arc::new(TxControl {
-            running: Mutex::new(false),
-            stop: AtomicBool::new(false),
+        let (done, result) = oneshot::channel();
+        let work: Work = Box::new(move |tx| {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)));
+            let _ = done.send(outcome);
         });
-        let _stop_on_drop = StopOnDrop {
-            control: Arc::clone(&control),
-            inner: Arc::clone(&self.inner),
+        let driver = Driver {
+            store: self,
+            work: Mutex::new(Some(work)),
         };
-        let inner = Arc::clone(&self.inner);
-        let task = {
-            let (ctx, control) = (ctx.clone(), Arc::clone(&control));
-            tokio::task::spawn_blocking(move || guarded(&inner, &ctx, &control, work))
-        };
-        tokio::pin!(task);
-        let joined = tokio::select! {
-            biased;
-            joined = &mut task => joined,
-            () = ctx.cancelled() => {
-                control.stop(&self.inner);
-                task.await
-            }
-        };
-        match joined {
-            Ok(result) => result,
-            Err(join) => match join.try_into_panic() {
-                Ok(panic) => std::panic::resume_unwind(panic),
-                // Cancelled: the runtime shut down before the task started,
-                // so nothing ran.
-                Err(_) => Err(GuardError::ended(ctx)),
-            },
+        match guard::drive(ctx, &driver, move |_tx| worked(result)).await {
+            Ok(value) => Ok(value),
+            Err(GuardError::Work(Step::Work(e))) => Err(GuardError::Work(e)),
+            Err(GuardError::Work(Step::Gone(e))) => Err(GuardError::database(
+                ctx.handle().name(),
+                DbErrorKind::Other,
+                e,
+            )),
+            Err(e) => Err(e.map_work(|_| unreachable_work())),
         }
     }
 
@@ -169,26 +166,56 @@ impl SqliteStore {
     }
 }
 
-/// How the async side of a guarded transaction stops its blocking side.
-struct TxControl {
-    /// Whether the blocking side holds the connection: only then may the
-    /// connection be interrupted, or the interrupt would hit the next call.
+/// The work of a guarded transaction, run on the connection thread; it
+/// sends its own outcome.
+type Work = Box<dyn FnOnce(&Transaction<'_>) + Send>;
+
+/// What the async side of a guarded transaction asks of its session.
+enum Command {
+    /// `BEGIN IMMEDIATE` and the verification: the term of the row found.
+    /// When it is `term`, the session then runs `work`.
+    Open {
+        name: String,
+        token: String,
+        term: u64,
+        work: Option<Work>,
+        reply: oneshot::Sender<rusqlite::Result<Option<u64>>>,
+    },
+    /// `COMMIT`, and the session ends.
+    Commit(oneshot::Sender<rusqlite::Result<()>>),
+    /// `ROLLBACK`, and the session ends.
+    Rollback(oneshot::Sender<rusqlite::Result<()>>),
+}
+
+/// The async side's handle on a session queued for the connection.
+struct Session {
+    commands: Sender<Command>,
+    control: Arc<Control>,
+}
+
+/// The open transaction of a session, as the flow hands it to the work.
+struct Tx<'c>(&'c Session);
+
+/// How the async side of a guarded transaction stops its session.
+struct Control {
+    /// Whether the session holds the connection: only then may the
+    /// connection be interrupted, or the interrupt would hit the next job.
     running: Mutex<bool>,
-    /// The context ended, or the future was dropped: do not commit.
+    /// The session was abandoned: run nothing more, roll back.
     stop: AtomicBool,
 }
 
-impl TxControl {
-    fn stop(&self, inner: &Inner) {
+impl Control {
+    fn stop(&self, store: &SqliteStore) {
         self.stop.store(true, Ordering::SeqCst);
         let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if *running {
-            inner.interrupt.interrupt();
+            store.inner.interrupt.interrupt();
         }
     }
 
-    fn stopped(&self, ctx: &LeaseContext) -> bool {
-        self.stop.load(Ordering::SeqCst) || ctx.is_cancelled()
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
     }
 
     fn set_running(&self, running: bool) {
@@ -196,8 +223,8 @@ impl TxControl {
     }
 }
 
-/// Marks the blocking side no longer running when dropped, panics included.
-struct Running<'a>(&'a TxControl);
+/// Marks the session no longer running when dropped, panics included.
+struct Running<'a>(&'a Control);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
@@ -205,71 +232,196 @@ impl Drop for Running<'_> {
     }
 }
 
-/// Stops a guarded transaction whose future is dropped (or has returned,
-/// when there is nothing left to stop).
-struct StopOnDrop {
-    control: Arc<TxControl>,
-    inner: Arc<Inner>,
+/// What went wrong with a step of a session.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    /// SQLite refused the statement.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    /// The session ended before it answered: the connection thread stopped.
+    #[error("the SQLite store's connection thread ended the guarded transaction")]
+    Gone,
 }
 
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.control.stop(&self.inner);
-    }
+/// The work's own error, or the session gone under it.
+enum Step<E> {
+    Work(E),
+    Gone(SessionError),
 }
 
-/// The blocking side of [`SqliteStore::transaction`].
-fn guarded<T, E, F>(
-    inner: &Inner,
-    ctx: &LeaseContext,
-    control: &TxControl,
-    work: F,
-) -> Result<T, GuardError<E>>
+/// A work that returned neither: [`SqliteStore::transaction`] maps every
+/// `GuardError::Work` itself, so [`GuardError::map_work`] never calls this.
+fn unreachable_work<E>() -> E {
+    unreachable!("GuardError::Work is mapped before map_work")
+}
+
+/// The outcome of the synchronous work, which the session ran after the
+/// guard, as the flow's asynchronous work: awaited, its panic resumed here.
+fn worked<'a, T, E>(
+    result: oneshot::Receiver<std::thread::Result<Result<T, E>>>,
+) -> BoxFuture<'a, Result<T, Step<E>>>
 where
-    F: FnOnce(&Transaction<'_>) -> Result<T, E>,
+    T: Send + 'a,
+    E: Send + 'a,
 {
-    let name = ctx.handle().name();
-    let ended = || GuardError::ended(ctx);
-    let db = |e: rusqlite::Error| {
-        let kind = crate::error::classify(&e);
-        GuardError::database(name, kind, e)
-    };
-    let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+    Box::pin(async move {
+        match result.await {
+            Ok(Ok(done)) => done.map_err(Step::Work),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => Err(Step::Gone(SessionError::Gone)),
+        }
+    })
+}
+
+impl Session {
+    /// Sends `command` and waits for its answer.
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<rusqlite::Result<T>>) -> Command,
+    ) -> Result<T, SessionError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .map_err(|_| SessionError::Gone)?;
+        Ok(answer.await.map_err(|_| SessionError::Gone)??)
+    }
+}
+
+/// [`SqliteStore::transaction`]'s mechanics, for [`guard::drive`].
+struct Driver<'s> {
+    store: &'s SqliteStore,
+    /// The work, until it goes to the session with the guard.
+    work: Mutex<Option<Work>>,
+}
+
+impl GuardDriver for Driver<'_> {
+    type Conn = Session;
+    type Tx<'c> = Tx<'c>;
+    type Error = SessionError;
+
+    /// Queues the session for the connection: it starts once the jobs
+    /// queued before it have run, and waits for its first command.
+    async fn connect(&self) -> Result<Session, SessionError> {
+        let (commands, received) = std::sync::mpsc::channel();
+        let control = Arc::new(Control {
+            running: Mutex::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let inner = Arc::clone(&self.store.inner);
+        let on_thread = Arc::clone(&control);
+        self.store
+            .queue(Box::new(move |conn| {
+                session(conn, &inner.sql.verify, &received, &on_thread);
+            }))
+            .map_err(|_| SessionError::Gone)?;
+        Ok(Session { commands, control })
+    }
+
+    async fn open<'c>(
+        &self,
+        conn: &'c mut Session,
+        params: GuardParams<'_>,
+    ) -> Result<(Tx<'c>, Option<u64>), SessionError> {
+        let (name, token) = (params.name.to_owned(), params.token.expose().to_owned());
+        let term = u64::try_from(params.term).unwrap_or(u64::MAX);
+        let work = self
+            .work
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let found = conn
+            .ask(|reply| Command::Open {
+                name,
+                token,
+                term,
+                work,
+                reply,
+            })
+            .await?;
+        Ok((Tx(conn), found))
+    }
+
+    async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), SessionError> {
+        tx.0.ask(Command::Commit).await
+    }
+
+    async fn rollback<'c>(&self, tx: Self::Tx<'c>) -> Result<(), SessionError> {
+        tx.0.ask(Command::Rollback).await
+    }
+
+    /// Interrupts the statement the session runs, if any, and ends it: the
+    /// session rolls back at its next step, or as soon as the work returns.
+    fn abandon(&self, conn: Session) {
+        conn.control.stop(self.store);
+    }
+
+    fn classify(&self, error: &SessionError) -> DbErrorKind {
+        match error {
+            SessionError::Sqlite(e) => crate::error::classify(e),
+            SessionError::Gone => DbErrorKind::Other,
+        }
+    }
+
+    /// SQLite runs in the process: every answer of its own is heard.
+    fn refused(&self, error: &SessionError) -> bool {
+        matches!(error, SessionError::Sqlite(_))
+    }
+}
+
+/// A guarded transaction's session, on the connection thread: the guard,
+/// the work where the guard found the handle's term, then `COMMIT` or
+/// `ROLLBACK` as the caller asks, or nothing once the caller is gone (the
+/// transaction then rolls back as it is dropped).
+fn session(conn: &mut Connection, verify: &str, commands: &Receiver<Command>, control: &Control) {
     control.set_running(true);
-    // Declared after `conn`, so dropped before it: not running any more
-    // once the connection is free for the next call.
+    // Declared first, so dropped last: not running any more once the
+    // transaction has rolled back and the connection is free for the next
+    // job.
     let _running = Running(control);
-    if control.stopped(ctx) {
-        return Err(ended());
+    if control.stopped() {
+        return;
     }
-    if !conn.is_autocommit() {
-        conn.execute_batch("ROLLBACK").map_err(db)?;
+    let Ok(Command::Open {
+        name,
+        token,
+        term,
+        work,
+        reply,
+    }) = commands.recv()
+    else {
+        return;
+    };
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let _ = reply.send(Err(e));
+            return;
+        }
+    };
+    let found = tx
+        .query_row(verify, params![name, token], |row| term_at(row, 0))
+        .optional();
+    // The work runs only where `drive` will let it: the guard found the
+    // handle's term (`drive` refuses, and rolls back, otherwise).
+    let verified = matches!(found, Ok(Some(found)) if found == term);
+    let failed = found.is_err();
+    let _ = reply.send(found);
+    if failed {
+        return;
     }
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(db)?;
-    let term: Option<u64> = tx
-        .query_row(
-            &inner.sql.verify,
-            params![name, ctx.handle().token().expose()],
-            |row| term_at(row, 0),
-        )
-        .optional()
-        .map_err(db)?;
-    if term != Some(ctx.term()) {
-        tracing::debug!(
-            name,
-            term = ctx.term(),
-            "guarded transaction refused: lease lost"
-        );
-        return Err(GuardError::not_holder(name));
+    if verified && !control.stopped() {
+        if let Some(work) = work {
+            work(&tx);
+        }
     }
-    let value = work(&tx);
-    if control.stopped(ctx) {
-        tracing::debug!(name, term = ctx.term(), cause = ?ctx.cause(), "guarded transaction rolled back: context ended");
-        return Err(ended());
+    match commands.recv() {
+        Ok(Command::Commit(reply)) if !control.stopped() => {
+            let _ = reply.send(tx.commit());
+        }
+        Ok(Command::Rollback(reply)) => {
+            let _ = reply.send(tx.rollback());
+        }
+        // Abandoned: `tx` rolls back as it is dropped.
+        _ => {}
     }
-    let value = value.map_err(GuardError::Work)?;
-    tx.commit().map_err(db)?;
-    Ok(value)
 }

@@ -14,18 +14,28 @@ pub trait FenceDatabase: sqlx::Database + private::Sealed {
     /// The dialect of its guard statements.
     const DIALECT: Dialect;
 
-    /// Runs `sql` with `params` (name, holder, term) on `conn`: whether it
-    /// returned a row.
+    /// Runs `sql` with `params` (name, token, term) on `conn`: the term of
+    /// the row it returned, `None` for no row.
     #[doc(hidden)]
     fn run_guard<'c>(
         conn: &'c mut Self::Connection,
         sql: &str,
         params: GuardParams<'_>,
-    ) -> BoxFuture<'c, Result<bool, sqlx::Error>>;
+    ) -> BoxFuture<'c, Result<Option<u64>, sqlx::Error>>;
 
     /// What kind of failure `error` is, by the driver's codes.
     #[doc(hidden)]
     fn classify(error: &sqlx::Error) -> DbErrorKind;
+
+    /// Whether `error` is the server's answer refusing the statement, rather
+    /// than no answer (a connection failure) or the server dropping the
+    /// session: after `COMMIT` was sent, only a refusal says nothing was
+    /// committed.
+    #[doc(hidden)]
+    fn refused(error: &sqlx::Error) -> bool {
+        matches!(error, sqlx::Error::Database(_))
+            && Self::classify(error) != DbErrorKind::Connection
+    }
 }
 
 mod private {
@@ -53,27 +63,37 @@ fn classify_common(error: &sqlx::Error) -> Option<DbErrorKind> {
     }
 }
 
+/// `run_guard` for `$db`, whose lease table's term column decodes as
+/// `$term`.
 macro_rules! run_guard {
-    ($db:ty) => {
+    ($db:ty, $term:ty) => {
         fn run_guard<'c>(
             conn: &'c mut Self::Connection,
             sql: &str,
             params: GuardParams<'_>,
-        ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        ) -> BoxFuture<'c, Result<Option<u64>, sqlx::Error>> {
             let sql = sqlx::AssertSqlSafe(sql.to_owned());
-            let (name, holder, term) = (
+            let (name, token, term) = (
                 params.name.to_owned(),
                 params.token.expose().to_owned(),
                 params.term,
             );
             Box::pin(async move {
-                let row = sqlx::query::<$db>(sql)
+                let found: Option<$term> = sqlx::query_scalar::<$db, $term>(sql)
                     .bind(name)
-                    .bind(holder)
+                    .bind(token)
                     .bind(term)
                     .fetch_optional(&mut *conn)
                     .await?;
-                Ok(row.is_some())
+                found
+                    .map(|term| {
+                        u64::try_from(term).map_err(|_| {
+                            sqlx::Error::Decode(
+                                format!("the lease table holds a negative term ({term})").into(),
+                            )
+                        })
+                    })
+                    .transpose()
             })
         }
     };
@@ -83,7 +103,7 @@ macro_rules! run_guard {
 impl FenceDatabase for sqlx::Postgres {
     const DIALECT: Dialect = Dialect::Postgres;
 
-    run_guard!(sqlx::Postgres);
+    run_guard!(sqlx::Postgres, i64);
 
     fn classify(error: &sqlx::Error) -> DbErrorKind {
         if let Some(kind) = classify_common(error) {
@@ -120,7 +140,7 @@ pub(crate) fn postgres_kind(code: &str) -> DbErrorKind {
 impl FenceDatabase for sqlx::MySql {
     const DIALECT: Dialect = Dialect::MySql;
 
-    run_guard!(sqlx::MySql);
+    run_guard!(sqlx::MySql, u64);
 
     fn classify(error: &sqlx::Error) -> DbErrorKind {
         if let Some(kind) = classify_common(error) {
@@ -141,7 +161,7 @@ impl FenceDatabase for sqlx::MySql {
 impl FenceDatabase for sqlx::Sqlite {
     const DIALECT: Dialect = Dialect::Sqlite;
 
-    run_guard!(sqlx::Sqlite);
+    run_guard!(sqlx::Sqlite, i64);
 
     fn classify(error: &sqlx::Error) -> DbErrorKind {
         if let Some(kind) = classify_common(error) {

@@ -2,9 +2,12 @@
 //! in the caller's own `sqlx::Transaction`.
 
 use std::convert::Infallible;
+use std::sync::{Mutex, PoisonError};
 
+use lease_core::guard::{GuardDriver, check_found, drive};
 use lease_core::{
-    BoxError, BoxFuture, DbErrorKind, Dialect, GuardError, GuardStatement, Handle, LeaseContext,
+    BoxError, BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement, Handle,
+    LeaseContext,
 };
 use sqlx::{Pool, Transaction};
 
@@ -67,14 +70,7 @@ pub async fn guard_with<DB: FenceDatabase>(
     check_dialect::<DB, Infallible>(statement, handle.name())?;
     let params = handle.guard_params();
     match DB::run_guard(&mut **tx, statement.sql(), params).await {
-        Ok(true) => Ok(()),
-        Ok(false) => {
-            tracing::debug!(
-                name = handle.name(),
-                "sqlx guarded transaction refused: the lease is no longer this holder's"
-            );
-            Err(GuardError::not_holder(handle.name()))
-        }
+        Ok(found) => check_found(handle, found),
         Err(e) => Err(database(handle.name(), DB::classify(&e), e)),
     }
 }
@@ -96,6 +92,10 @@ pub async fn guard_with<DB: FenceDatabase>(
 ///    cancel a statement already running on the server: its connection
 ///    rolls back as soon as that statement ends (when the pool takes the
 ///    connection back), so the lock lasts until then, and nothing commits.
+/// 5. `COMMIT` is bounded by the lease's statement timeout
+///    ([`Timings::statement_timeout`](lease_core::Timings::statement_timeout)).
+///
+/// The flow is [`lease_core::guard::drive`], the same as the native stores'.
 ///
 /// Round trips: `BEGIN`, the guard, `COMMIT`, plus the work's (and, the
 /// first time on a connection, sqlx's preparation of the guard).
@@ -124,8 +124,11 @@ pub async fn guard_with<DB: FenceDatabase>(
 ///
 /// [`GuardError::Lost`] when the lease is lost (found so by the guard, or
 /// by `ctx`); [`GuardError::Ended`] when `ctx` ended otherwise;
-/// [`GuardError::Database`] when a statement of the guard failed;
-/// [`GuardError::Work`] with the work's error.
+/// [`GuardError::Database`] when a statement of the guard failed before
+/// `COMMIT` was sent, or the server refused the `COMMIT`;
+/// [`GuardError::OutcomeUnknown`] when `COMMIT` was sent and no answer came
+/// (the connection failed, or the bound passed): it may have committed, so
+/// it is not retryable; [`GuardError::Work`] with the work's error.
 pub async fn transaction<DB, T, E, F>(
     pool: &Pool<DB>,
     ctx: &LeaseContext,
@@ -137,21 +140,11 @@ where
     T: Send,
     E: Send,
 {
-    let outcome = async {
-        let name = ctx.handle().name();
-        if ctx.is_cancelled() {
-            return Err(GuardError::ended(ctx));
-        }
-        let statement = statement_of::<DB, E>(ctx.handle())?;
-        let begun = tokio::select! {
-            biased;
-            () = ctx.cancelled() => return Err(GuardError::ended(ctx)),
-            begun = pool.begin_with(statement.begin()) => begun,
-        };
-        let tx = begun.map_err(|e| database(name, DB::classify(&e), e))?;
-        run(tx, &statement, ctx, work).await
+    let driver = Driver {
+        handle: ctx.handle(),
+        source: Source::Pool(pool),
     };
-    lease_core::metrics::guarded_transaction(outcome.await)
+    drive(ctx, &driver, work).await
 }
 
 /// [`transaction`] on a transaction the caller began itself (on a pool, a
@@ -177,85 +170,96 @@ where
     T: Send,
     E: Send,
 {
-    let outcome = async {
-        if ctx.is_cancelled() {
-            return Err(GuardError::ended(ctx));
-        }
-        let statement = statement_of::<DB, E>(ctx.handle())?;
-        run(tx, &statement, ctx, work).await
+    let driver = Driver {
+        handle: ctx.handle(),
+        source: Source::Begun(Mutex::new(Some(tx))),
     };
-    lease_core::metrics::guarded_transaction(outcome.await)
+    drive(ctx, &driver, work).await
 }
 
-/// The guard, the work and the commit of an open transaction, raced
-/// against `ctx`.
-async fn run<'c, DB, T, E, F>(
-    mut tx: Transaction<'c, DB>,
-    statement: &GuardStatement,
-    ctx: &LeaseContext,
-    work: F,
-) -> Result<T, GuardError<E>>
-where
-    DB: FenceDatabase,
-    F: for<'a> FnOnce(&'a mut Transaction<'c, DB>) -> BoxFuture<'a, Result<T, E>> + Send,
-    T: Send,
-    E: Send,
-{
-    let handle = ctx.handle();
-    let name = handle.name();
-    let raced = {
-        let guarded = async {
-            guard_with(&mut tx, statement, handle)
-                .await
-                .map_err(|e| e.map_work(|never| match never {}))?;
-            Ok(work(&mut tx).await)
+/// Where the transaction of a [`Driver`] comes from.
+enum Source<'p, 't, DB: FenceDatabase> {
+    /// Begun on the pool with the guard statement's `BEGIN`.
+    Pool(&'p Pool<DB>),
+    /// Begun by the caller ([`fenced`]), taken once.
+    Begun(Mutex<Option<Transaction<'t, DB>>>),
+}
+
+/// [`transaction`]'s and [`fenced`]'s mechanics, for [`drive`]. sqlx
+/// has no cancel request: an abandoned transaction is dropped, and its
+/// connection sends the `ROLLBACK` as soon as the statement it runs ends.
+struct Driver<'h, 'p, 't, DB: FenceDatabase> {
+    handle: &'h Handle,
+    source: Source<'p, 't, DB>,
+}
+
+/// The transaction of a [`Driver`], until the guard runs in it, and the
+/// guard statement checked against its dialect.
+struct Conn<'t, DB: FenceDatabase> {
+    tx: Option<Transaction<'t, DB>>,
+    statement: GuardStatement,
+}
+
+impl<'t, DB: FenceDatabase> GuardDriver for Driver<'_, '_, 't, DB> {
+    type Conn = Conn<'t, DB>;
+    type Tx<'c> = Transaction<'t, DB>;
+    type Error = BoxError;
+
+    /// The guard statement of the handle's store, checked against `DB`,
+    /// then the transaction: begun with the statement's `BEGIN`, or the
+    /// caller's.
+    async fn connect(&self) -> Result<Self::Conn, BoxError> {
+        let statement =
+            statement_of::<DB, Infallible>(self.handle).map_err(GuardError::into_boxed)?;
+        let tx = match &self.source {
+            Source::Pool(pool) => Some(pool.begin_with(statement.begin()).await?),
+            Source::Begun(tx) => tx.lock().unwrap_or_else(PoisonError::into_inner).take(),
         };
-        tokio::select! {
-            biased;
-            () = ctx.cancelled() => None,
-            done = guarded => Some(done),
-        }
-    };
-    match raced {
-        None => {
-            tracing::debug!(
-                name,
-                term = handle.term(),
-                cause = ?ctx.cause(),
-                "sqlx guarded transaction abandoned: the lease context ended"
-            );
-            // Dropping an open transaction queues its ROLLBACK, sent before
-            // the connection's next use (or when the pool takes it back).
-            drop(tx);
-            Err(GuardError::ended(ctx))
-        }
-        Some(Err(e)) => {
-            rollback(tx).await;
-            Err(e)
-        }
-        Some(Ok(Err(e))) => {
-            rollback(tx).await;
-            Err(GuardError::Work(e))
-        }
-        Some(Ok(Ok(value))) => {
-            if ctx.is_cancelled() {
-                drop(tx);
-                return Err(GuardError::ended(ctx));
-            }
-            match tx.commit().await {
-                Ok(()) => Ok(value),
-                Err(e) => Err(database(name, DB::classify(&e), e)),
-            }
+        Ok(Conn { tx, statement })
+    }
+
+    async fn open<'c>(
+        &self,
+        conn: &'c mut Self::Conn,
+        params: GuardParams<'_>,
+    ) -> Result<(Self::Tx<'c>, Option<u64>), BoxError> {
+        let mut tx = conn
+            .tx
+            .take()
+            .ok_or("the fenced transaction was already taken")?;
+        let found = DB::run_guard(&mut *tx, conn.statement.sql(), params).await?;
+        Ok((tx, found))
+    }
+
+    async fn commit<'c>(&self, tx: Self::Tx<'c>) -> Result<(), BoxError> {
+        Ok(tx.commit().await?)
+    }
+
+    async fn rollback<'c>(&self, tx: Self::Tx<'c>) -> Result<(), BoxError> {
+        Ok(tx.rollback().await?)
+    }
+
+    /// Drops what is left: the transaction itself was dropped with the
+    /// work, which queued its `ROLLBACK`.
+    fn abandon(&self, conn: Self::Conn) {
+        drop(conn);
+    }
+
+    fn classify(&self, error: &BoxError) -> DbErrorKind {
+        match error.downcast_ref::<sqlx::Error>() {
+            Some(e) => DB::classify(e),
+            None => match error
+                .downcast_ref::<lease_core::BoxedGuardError>()
+                .map(|e| e.get())
+            {
+                Some(GuardError::Database { kind, .. }) => *kind,
+                _ => DbErrorKind::Other,
+            },
         }
     }
-}
 
-/// Rolls `tx` back: the work's error, or the guard's refusal, is what the
-/// caller needs; a rollback that fails leaves the transaction to end with
-/// its connection.
-async fn rollback<DB: FenceDatabase>(tx: Transaction<'_, DB>) {
-    if let Err(e) = tx.rollback().await {
-        tracing::debug!(error = %e, "rollback of a sqlx guarded transaction failed");
+    fn refused(&self, error: &BoxError) -> bool {
+        error.downcast_ref::<sqlx::Error>().is_some_and(DB::refused)
     }
 }
 

@@ -363,6 +363,78 @@ macro_rules! scenarios {
     };
 }
 
+/// Issue 23, item 11, through sqlx: the answer to a guarded transaction's
+/// `COMMIT` is lost (a proxy forwards the `COMMIT`, the server commits, the
+/// client never hears). The error says the outcome is unknown and is not
+/// retryable; the work is in the database, so a caller that retried would
+/// have written it twice. `$url` names the server (`$port` its default
+/// port), `$plain` the URL parameter that turns TLS off (the proxy reads
+/// the statements), `$pool` the pool options of `$db`.
+macro_rules! lost_commit {
+    ($db:ty, $url:literal, $port:literal, $plain:literal, $pool:expr) => {
+        #[tokio::test]
+        async fn a_lost_answer_to_commit_is_an_unknown_outcome_not_a_retryable_error() {
+            use lease_conformance::proxy::{Proxy, Verdict};
+
+            let Some(url) = lease_conformance::env_url($url) else {
+                return;
+            };
+            let Some(env) = open("lost_commit").await else {
+                return;
+            };
+            let armed = Arc::new(AtomicBool::new(false));
+            let trigger = armed.clone();
+            let upstream = lease_conformance::network::server_of(&url, $port).unwrap();
+            let proxy = Proxy::start_intercepted(upstream, move || {
+                let trigger = trigger.clone();
+                move |bytes: &[u8]| {
+                    let commit = bytes.windows(6).any(|w| w == b"COMMIT");
+                    if commit && trigger.swap(false, Ordering::SeqCst) {
+                        Verdict::LoseTheAnswer
+                    } else {
+                        Verdict::Forward
+                    }
+                }
+            })
+            .await
+            .unwrap();
+            let proxied = lease_testkit::url::with_param(
+                &lease_conformance::network::url_via(&url, proxy.addr()).unwrap(),
+                $plain,
+            );
+            let pool: sqlx::Pool<$db> = $pool.max_connections(1).connect(&proxied).await.unwrap();
+            let leases = Leases::from_arc(env.store.clone());
+            let ctx = context(&leases, "lost-commit", CancellationToken::new()).await;
+            let term = i64::try_from(ctx.term()).unwrap();
+            let insert = env.sql.insert.clone();
+            armed.store(true, Ordering::SeqCst);
+            let err = lease_sqlx::transaction(&pool, &ctx, move |tx| {
+                Box::pin(async move {
+                    sqlx::query::<$db>(sqlx::AssertSqlSafe(insert))
+                        .bind(term)
+                        .execute(&mut **tx)
+                        .await
+                })
+            })
+            .await
+            .unwrap_err();
+            assert!(!armed.load(Ordering::SeqCst), "the COMMIT never went out");
+            assert!(
+                !err.is_retryable(),
+                "a lost answer to COMMIT must not read as retryable: {err:?}"
+            );
+            assert!(err.is_outcome_unknown(), "{err:?}");
+            assert_eq!(
+                env.count(ctx.term()).await,
+                1,
+                "the server committed the work whose answer was lost"
+            );
+            pool.close().await;
+            env.teardown().await;
+        }
+    };
+}
+
 /// One dialect's test environment: the sqlx pool, the lease store and a
 /// rival store (two replicas) on one database, the business table.
 struct Env<DB: sqlx::Database> {
@@ -496,6 +568,14 @@ mod postgres {
         scenarios!(sqlx::Postgres, open);
     }
 
+    lost_commit!(
+        sqlx::Postgres,
+        "LEASE_TEST_POSTGRES_URL",
+        5432,
+        "sslmode=disable",
+        sqlx::postgres::PgPoolOptions::new()
+    );
+
     /// On PostgreSQL a sqlx-guarded transaction holds `FOR KEY SHARE`: the
     /// holder's own renewals and release (through `PgLeaseStore`, on the
     /// same pool) pass it, and a rival's refused claim is not held up.
@@ -584,6 +664,14 @@ mod mysql {
         use super::open;
         scenarios!(sqlx::MySql, open);
     }
+
+    lost_commit!(
+        sqlx::MySql,
+        "LEASE_TEST_MYSQL_URL",
+        3306,
+        "ssl-mode=disabled",
+        sqlx::mysql::MySqlPoolOptions::new()
+    );
 
     /// `MySqlLeaseStore`'s claim is `lease-mysql`'s: a plain read first, so
     /// a claim refused because the name is held takes no lock and does not

@@ -1,6 +1,7 @@
-//! The blocking bridge: every call of the store goes to a queue that one
-//! thread of the store's own serves, first come, first served and back to
-//! back, on the store's one connection.
+//! The store's one connection, on a thread of its own: every use of the
+//! connection goes to one queue, which that thread serves first come, first
+//! served and back to back. The thread owns the connection: nothing else
+//! can reach it.
 //!
 //! Why a thread of its own. Sent to tokio's blocking pool at once, each call
 //! waited there on the connection's mutex, which wakes waiters in no order:
@@ -13,12 +14,17 @@
 //! 8x its floor. The thread runs the next call as soon as the last one
 //! ends. A call dropped while it waits in the queue never runs.
 //!
-//! Guarded transactions run the application's own closure, for as long as
-//! it takes: they take the connection's lock from tokio's blocking pool
-//! instead, between two calls of the queue.
+//! Guarded transactions queue in the same line: each is one job that holds
+//! the connection from `BEGIN IMMEDIATE` to its end, taking its steps
+//! (the guard, the work, `COMMIT` or `ROLLBACK`) from its caller as they
+//! come (see the transaction module). So a renewal that falls due during a
+//! transaction runs as soon as that transaction ends, ahead of the next
+//! one the work asks for: it waits out one transaction, never two (the
+//! specification's rule for SQLite; guarded transactions once took the
+//! connection's mutex from tokio's blocking pool instead, and could take it
+//! again and again before a renewal that was waiting for it).
 
 use std::sync::Arc;
-use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lease_core::BoxError;
@@ -46,54 +52,55 @@ impl SqliteStore {
         let abandoned = Arc::new(AtomicBool::new(false));
         let _abandon_on_drop = AbandonOnDrop(Arc::clone(&abandoned));
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
+        self.queue(Box::new(move |conn| {
             if abandoned.load(Ordering::SeqCst) {
                 return;
             }
-            let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
-            let _ = reply.send(run_on(&mut conn, &inner.sql, f));
-        });
-        self.inner
-            .queue
-            .send(job)
-            .map_err(|_| BoxError::from("the SQLite store's connection thread has stopped"))?;
+            let _ = reply.send(f(conn, &inner.sql));
+        }))?;
         match answer.await {
             Ok(result) => result.map_err(Into::into),
             Err(_) => Err("the SQLite call was abandoned before it ran, or panicked".into()),
         }
     }
+
+    /// Puts `job` at the end of the connection's queue.
+    pub(crate) fn queue(&self, job: Job) -> Result<(), BoxError> {
+        self.inner
+            .queue
+            .send(job)
+            .map_err(|_| BoxError::from("the SQLite store's connection thread has stopped"))
+    }
 }
 
-/// A call on the connection, run by the store's connection thread.
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
+/// A use of the connection, run by the store's connection thread.
+pub(crate) type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// Starts the thread that runs a store's calls in the order they came; it
-/// ends when the store (the queue's sender) is dropped.
-pub(crate) fn spawn_connection_thread() -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+/// Starts the thread that owns `conn` and runs the store's jobs on it in
+/// the order they came; it ends when the store (the queue's sender) is
+/// dropped, closing the connection.
+pub(crate) fn spawn_connection_thread(
+    mut conn: Connection,
+) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (queue, jobs) = std::sync::mpsc::channel::<Job>();
     let _thread = std::thread::Builder::new()
         .name("lease-sqlite".to_owned())
         .spawn(move || {
             for job in jobs {
-                // A panicking call drops its reply (the caller gets an
+                // A panicking job drops its reply (the caller gets an
                 // error) and leaves the thread serving the others.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if !conn.is_autocommit() {
+                        // Only a panic in the middle of a job could leave
+                        // one open; a failed rollback leaves it to the
+                        // job's own `BEGIN` to fail.
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    job(&mut conn);
+                }));
             }
         })?;
     Ok(queue)
-}
-
-/// Runs `f` on a connection with no transaction open.
-fn run_on<T>(
-    conn: &mut Connection,
-    sql: &Statements,
-    f: impl FnOnce(&mut Connection, &Statements) -> rusqlite::Result<T>,
-) -> rusqlite::Result<T> {
-    if !conn.is_autocommit() {
-        // Only a panic in the middle of a call could leave one open.
-        conn.execute_batch("ROLLBACK")?;
-    }
-    f(conn, sql)
 }
 
 /// Marks a call abandoned when its future is dropped (or has returned, when
