@@ -13,10 +13,10 @@ use super::{GuardDriver, drive};
 use crate::error::{BoxError, DbErrorKind, LostCause};
 use crate::guard::{BoxFuture, GuardError};
 use crate::guard_statement::GuardParams;
-use crate::memtable::MemTable;
 use crate::metrics::names;
 use crate::metrics::testing::Recorded;
 use crate::state::EndCause;
+use crate::testing::Table;
 use crate::{LeaseContext, Leases};
 
 /// What a step of the scripted driver does.
@@ -162,7 +162,7 @@ impl GuardDriver for Scripted {
 
 /// A context on a lease claimed in memory (term 1).
 async fn context() -> LeaseContext {
-    let leases = Leases::new(MemTable::new());
+    let leases = Leases::new(Table::new());
     let handle = leases.claim("job").await.unwrap().unwrap();
     LeaseContext::new(handle, CancellationToken::new())
 }
