@@ -131,7 +131,7 @@ impl Backend {
             #[cfg(feature = "postgres")]
             Backend::Postgres(s) => s.table().to_owned(),
             #[cfg(feature = "mysql")]
-            Backend::MySql(s) => s.table().replace('`', ""),
+            Backend::MySql(s) => s.table().to_owned(),
         }
     }
 
@@ -263,7 +263,7 @@ mod mysql {
     }
 
     pub(super) async fn privileges(store: &MySqlStore) -> Result<Privileges, BoxError> {
-        let unquoted = store.table().replace('`', "");
+        let unquoted = store.table().to_owned();
         let (schema, table) = match unquoted.split_once('.') {
             Some((schema, table)) => (Some(schema.to_owned()), table.to_owned()),
             None => (None, unquoted),

@@ -8,11 +8,12 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, SslOpts};
 
+use crate::conn::{MyConn, driver_error};
 use crate::error::MySqlError;
 use lease_core::{TableName, Timings};
+use lease_sql::mysql::{self as sql, Statements};
+use lease_sql::{DEFAULT_TABLE, Found};
 
-use crate::schema::{self, DEFAULT_TABLE, Found};
-use crate::sql;
 use crate::store::MySqlStore;
 
 /// The URL schemes this backend opens (`mariadb://` is read as `mysql://`).
@@ -286,9 +287,10 @@ impl MySqlStoreBuilder {
         let connect_timeout = self.connect_timeout;
         let store = self.build()?;
         let server = store.inner.server.clone();
-        let table = &store.inner.table;
+        let table = store.inner.sql.table();
         let pool: &Pool = &store.inner.pool;
-        let checked = tokio::time::timeout(connect_timeout, check_server(pool, table)).await;
+        let checked =
+            tokio::time::timeout(connect_timeout, check_server(pool, &store.inner.sql)).await;
         let failure = match checked {
             Ok(Ok(())) => None,
             Ok(Err(CheckError::Table(reason))) => Some(MySqlError::IncompatibleTable {
@@ -343,11 +345,11 @@ impl MySqlStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`MySqlError::InvalidTableName`] for a bad table name;
+    /// [`MySqlError::InvalidTable`] for a bad table name;
     /// [`MySqlError::InvalidSetting`] for pool constraints or a lock-wait
     /// bound that cannot be used.
     pub fn build(self) -> Result<MySqlStore, MySqlError> {
-        let table = schema::table_name(&self.table)?;
+        let table = table(&self.table)?;
         let opts = match self.source {
             Source::Pool(pool) => {
                 return Ok(MySqlStore::assemble(
@@ -398,7 +400,7 @@ enum CheckError {
 
 /// Connects once and checks the server's version, and the table if it
 /// exists already (a missing one is `migrate`'s to create).
-async fn check_server(pool: &Pool, table: &TableName) -> Result<(), CheckError> {
+async fn check_server(pool: &Pool, sql: &Statements) -> Result<(), CheckError> {
     let mut conn = pool.get_conn().await.map_err(CheckError::Driver)?;
     let version: Option<String> = conn
         .query_first("SELECT VERSION()")
@@ -408,13 +410,21 @@ async fn check_server(pool: &Pool, table: &TableName) -> Result<(), CheckError> 
     if !supported_version(&version) {
         return Err(CheckError::Version(version));
     }
-    match schema::inspect(&mut conn, table)
+    match lease_sql::mysql::inspect(&mut MyConn(&mut conn), sql)
         .await
-        .map_err(CheckError::Driver)?
+        .map_err(|e| CheckError::Driver(driver_error(e)))?
     {
         Found::Incompatible(reason) => Err(CheckError::Table(reason)),
         Found::Missing | Found::Usable => Ok(()),
     }
+}
+
+/// Validates `name` as the lease table.
+fn table(name: &str) -> Result<TableName, MySqlError> {
+    sql::table(name).map_err(|e| MySqlError::InvalidTable {
+        table: e.name,
+        reason: e.reason,
+    })
 }
 
 /// MariaDB 10.6 or later, or MySQL 8.0 or later, from `VERSION()`.
@@ -526,7 +536,7 @@ impl MySqlStore {
     pub fn from_pool(pool: Pool) -> MySqlStore {
         MySqlStore::assemble(
             pool,
-            schema::default_table(),
+            sql::default_table(),
             "(caller's pool)".to_owned(),
             false,
             None,

@@ -2,18 +2,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod conn;
 mod error;
 mod schema;
-mod sql;
 mod store;
-#[doc(hidden)]
-pub mod texts;
 mod transaction;
 
 pub use builder::{MySqlPool, MySqlStoreBuilder, SCHEMES};
 pub use error::MySqlError;
 pub use lease_core::{BoxFuture, GuardError, GuardStatement};
-pub use schema::DEFAULT_TABLE;
+pub use lease_sql::DEFAULT_TABLE;
 pub use store::MySqlStore;
 
 /// The driver, re-exported: its `Pool`, `Transaction`, `SslOpts` and the

@@ -8,7 +8,7 @@ use lease_core::{
     BoxFuture, DbErrorKind, Dialect, GuardError, GuardParams, GuardStatement, LeaseContext,
 };
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Transaction, TxOpts, params};
+use mysql_async::{Conn, Transaction, TxOpts};
 
 use crate::store::MySqlStore;
 
@@ -112,7 +112,7 @@ impl MySqlStore {
         GuardStatement::new(
             Dialect::MySql,
             "START TRANSACTION",
-            self.inner.sql.guard.clone(),
+            self.inner.sql.guard.text().to_owned(),
         )
     }
 }
@@ -141,13 +141,10 @@ impl GuardDriver for Driver<'_> {
         conn: &'c mut Conn,
         params: GuardParams<'_>,
     ) -> Result<(Transaction<'c>, Option<u64>), mysql_async::Error> {
-        let verify = self.0.inner.sql.verify_locked.as_str();
+        let verify = self.0.inner.sql.verify_locked.text();
         let mut tx = conn.start_transaction(TxOpts::default()).await?;
         let term: Option<u64> = tx
-            .exec_first(
-                verify,
-                params! { "name" => params.name, "holder" => params.token.expose() },
-            )
+            .exec_first(verify, (params.name, params.token.expose()))
             .await?;
         Ok((tx, term))
     }

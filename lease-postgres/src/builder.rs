@@ -12,10 +12,12 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use lease_core::Timings;
 
+use crate::conn::StatementMode;
 use crate::error::PostgresError;
-use crate::sql::{self, DEFAULT_TABLE, StatementMode, Statements};
 use crate::store::PostgresStore;
 use crate::tls::{self, CancelTls, SslMode};
+use lease_sql::DEFAULT_TABLE;
+use lease_sql::postgres::Statements;
 
 /// The URL schemes this backend opens.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
@@ -293,7 +295,7 @@ impl PostgresStoreBuilder {
     /// [`PostgresError::Pool`] when the TLS configuration or the pool cannot
     /// be built.
     pub fn build(self) -> Result<PostgresStore, PostgresError> {
-        let sql = Statements::new(sql::table(&self.table)?);
+        let sql = Statements::new(table(&self.table)?);
         let url = match self.source {
             Source::Pool(pool) => {
                 return Ok(PostgresStore::assemble(
@@ -442,7 +444,7 @@ impl PostgresStore {
     /// `gst_leases`. See [`PostgresStoreBuilder::from_pool`] for another
     /// table, and for the `statement_timeout` such a pool should set.
     pub fn from_pool(pool: Pool) -> Self {
-        let sql = Statements::new(sql::default_table());
+        let sql = Statements::new(lease_sql::postgres::default_table());
         Self::assemble(
             pool,
             sql,
@@ -457,6 +459,14 @@ impl PostgresStore {
 
 /// Splits what the driver cannot parse (`sslmode=verify-ca|verify-full`,
 /// `sslrootcert`) off the URL, and lets the driver parse the rest.
+/// Validates `name` as the lease table.
+fn table(name: &str) -> Result<lease_core::TableName, PostgresError> {
+    lease_sql::postgres::table(name).map_err(|e| PostgresError::InvalidTable {
+        table: e.name,
+        reason: e.reason,
+    })
+}
+
 fn parse_url(url: &str) -> Result<UrlConfig, PostgresError> {
     let invalid = |reason: String| PostgresError::InvalidUrl { reason };
     let scheme_end = url.find("://").map(|i| &url[..i]);

@@ -2,21 +2,20 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+mod conn;
 mod error;
 mod replication;
 mod schema;
-mod sql;
 mod store;
-#[doc(hidden)]
-pub mod texts;
 mod tls;
 mod transaction;
 
 pub use builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, PostgresStoreBuilder, SCHEMES};
+pub use conn::StatementMode;
 pub use error::PostgresError;
 pub use lease_core::{BoxFuture, GuardError, GuardStatement};
+pub use lease_sql::DEFAULT_TABLE;
 pub use replication::ReplicationReport;
-pub use sql::{DEFAULT_TABLE, StatementMode};
 pub use store::PostgresStore;
 pub use tls::SslMode;
 

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Object, Pool};
 use lease_core::{
-    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, InstantRecord,
-    LeaseInfo, LeaseStore, Token, Unfinished, UtcMillis,
+    BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, LeaseInfo,
+    LeaseStore, Token, Unfinished,
 };
-use tokio_postgres::types::Type;
+use lease_sql::postgres::{self, Statements};
 
 use crate::builder::Target;
-use crate::sql::{self, StatementMode, Statements, TokenParam, term};
+use crate::conn::{PgConn, StatementMode};
 use crate::tls::CancelTls;
 
 /// A [`LeaseStore`] on PostgreSQL.
@@ -79,7 +79,7 @@ impl fmt::Debug for PostgresStore {
         let status = self.inner.pool.status();
         f.debug_struct("PostgresStore")
             .field("target", &self.inner.target)
-            .field("table", &self.inner.sql.table.name())
+            .field("table", &self.inner.sql.table().name())
             .field("statement_timeout", &self.inner.statement_timeout)
             .field("pool_max_size", &status.max_size)
             .field("pool_size", &status.size)
@@ -113,7 +113,7 @@ impl PostgresStore {
     /// The lease table's name, as given.
     #[must_use]
     pub fn table(&self) -> &str {
-        self.inner.sql.table.name()
+        self.inner.sql.table().name()
     }
 
     /// The pool the store takes its connections from.
@@ -121,31 +121,21 @@ impl PostgresStore {
     pub fn pool(&self) -> &Pool {
         &self.inner.pool
     }
+
+    /// `client` as the flows of [`lease_sql::postgres`] run on it.
+    fn conn<'c>(&self, client: &'c Object) -> PgConn<'c> {
+        PgConn {
+            client,
+            mode: self.inner.statement_mode,
+        }
+    }
 }
 
 #[async_trait]
 impl LeaseStore for PostgresStore {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        let holder = TokenParam(holder);
-        let row = self
-            .row(
-                &self.inner.sql.claim,
-                &[
-                    (&name, Type::TEXT),
-                    (&holder, Type::TEXT),
-                    (&instance, Type::TEXT),
-                    (&lease_ms, Type::INT8),
-                ],
-            )
-            .await?;
-        row.map(|row| term(row.try_get(0)?)).transpose()
+        let client = self.client().await?;
+        postgres::claim(&mut self.conn(&client), &self.inner.sql, &claim).await
     }
 
     async fn renew(
@@ -154,19 +144,9 @@ impl LeaseStore for PostgresStore {
         token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
-        let holder = token.expose();
-        let holder = TokenParam(holder);
-        let row = self
-            .row(
-                &self.inner.sql.renew,
-                &[
-                    (&name, Type::TEXT),
-                    (&holder, Type::TEXT),
-                    (&lease_ms, Type::INT8),
-                ],
-            )
-            .await?;
-        Ok(row.map(|row| row.try_get(0)).transpose()?)
+        let client = self.client().await?;
+        let sql = &self.inner.sql;
+        postgres::renew(&mut self.conn(&client), sql, name, token, lease_ms).await
     }
 
     async fn renew_many(
@@ -174,230 +154,69 @@ impl LeaseStore for PostgresStore {
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
     ) -> Result<Vec<Option<i64>>, BoxError> {
-        let names: Vec<&str> = leases.iter().map(|(name, _)| *name).collect();
-        let holders: Vec<TokenParam<'_>> = leases
-            .iter()
-            .map(|(_, token)| TokenParam(token.expose()))
-            .collect();
-        let rows = self
-            .rows(
-                &self.inner.sql.renew_many,
-                &[
-                    (&names, Type::TEXT_ARRAY),
-                    (&holders, Type::TEXT_ARRAY),
-                    (&lease_ms, Type::INT8),
-                ],
-            )
-            .await?;
-        let mut renewed = std::collections::HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let name: &str = row.try_get(0)?;
-            let holder: &str = row.try_get(1)?;
-            let now: i64 = row.try_get(2)?;
-            let _ = renewed.insert((name, holder), now);
-        }
-        Ok(leases
-            .iter()
-            .map(|(name, token)| renewed.get(&(*name, token.expose())).copied())
-            .collect())
+        let client = self.client().await?;
+        let sql = &self.inner.sql;
+        postgres::renew_many(&mut self.conn(&client), sql, leases, lease_ms).await
     }
 
     async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
-        let holder = token.expose();
-        let holder = TokenParam(holder);
-        let row = self
-            .row(
-                &self.inner.sql.verify,
-                &[(&name, Type::TEXT), (&holder, Type::TEXT)],
-            )
-            .await?;
-        row.map(|row| term(row.try_get(0)?)).transpose()
+        let client = self.client().await?;
+        postgres::verify(&mut self.conn(&client), &self.inner.sql, name, token).await
     }
 
     async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
-        let holder = token.expose();
-        let holder = TokenParam(holder);
-        let released = self
-            .affected(
-                &self.inner.sql.release,
-                &[(&name, Type::TEXT), (&holder, Type::TEXT)],
-            )
-            .await?;
-        Ok(released == 1)
+        let client = self.client().await?;
+        postgres::release(&mut self.conn(&client), &self.inner.sql, name, token).await
     }
 
     async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
-        slot_ms: i64,
+        instant_ms: i64,
     ) -> Result<InstantClaim, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        let holder = TokenParam(holder);
-        let Some(row) = self
-            .row(
-                &self.inner.sql.claim_instant,
-                &[
-                    (&name, Type::TEXT),
-                    (&holder, Type::TEXT),
-                    (&instance, Type::TEXT),
-                    (&slot_ms, Type::INT8),
-                    (&lease_ms, Type::INT8),
-                ],
-            )
-            .await?
-        else {
-            return Ok(InstantClaim::Refused);
-        };
-        let new_term = term(row.try_get(0)?)?;
-        // The row as the claim found it; NULL when the claim inserted it.
-        let old: Option<i64> = row.try_get(1)?;
-        let superseded = match old {
-            None => None,
-            Some(slot_ms) => InstantRecord {
-                slot_ms,
-                unfinished_slot_ms: row.try_get(2)?,
-                rerun_slot_ms: row.try_get(3)?,
-            }
-            .superseded(name, new_term.saturating_sub(1)),
-        };
-        Ok(InstantClaim::Claimed {
-            term: new_term,
-            superseded,
-        })
+        let client = self.client().await?;
+        let sql = &self.inner.sql;
+        postgres::claim_instant(&mut self.conn(&client), sql, &claim, instant_ms).await
     }
 
     async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
-        let FinishRequest {
-            name,
-            token,
-            instant_ms: slot_ms,
-            passed_ms,
-        } = finish;
-        let holder = token.map(Token::expose);
-        let holder = holder.map(TokenParam);
-        let row = self
-            .row(
-                &self.inner.sql.finish,
-                &[
-                    (&name, Type::TEXT),
-                    (&holder, Type::TEXT),
-                    (&slot_ms, Type::INT8),
-                    (&passed_ms, Type::INT8),
-                ],
-            )
-            .await?;
-        Ok(match row {
-            None => Finished::NotRecorded,
-            Some(row) if row.try_get::<_, bool>(0)? => Finished::Released,
-            Some(_) => Finished::RecordedWithoutLease,
-        })
+        let client = self.client().await?;
+        postgres::finish(&mut self.conn(&client), &self.inner.sql, &finish).await
     }
 
     async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
-        let rows = self
-            .rows(
-                &self.inner.sql.find_unfinished,
-                &[(&names, Type::TEXT_ARRAY)],
-            )
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Unfinished::new(
-                    row.try_get::<_, String>(0)?,
-                    UtcMillis::from_millis(row.try_get(2)?),
-                    false,
-                    term(row.try_get(1)?)?,
-                ))
-            })
-            .collect()
+        let client = self.client().await?;
+        postgres::find_unfinished(&mut self.conn(&client), &self.inner.sql, names).await
     }
 
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        // A term past i64::MAX cannot be in the table: nothing to claim.
-        let Ok(term) = i64::try_from(term) else {
-            return Ok(false);
-        };
-        let holder = TokenParam(holder);
-        let claimed = self
-            .affected(
-                &self.inner.sql.claim_rerun,
-                &[
-                    (&name, Type::TEXT),
-                    (&term, Type::INT8),
-                    (&holder, Type::TEXT),
-                    (&instance, Type::TEXT),
-                    (&lease_ms, Type::INT8),
-                ],
-            )
-            .await?;
-        Ok(claimed == 1)
+        let client = self.client().await?;
+        postgres::claim_rerun(&mut self.conn(&client), &self.inner.sql, &claim, term).await
     }
 
     async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
-        let row = self
-            .row(&self.inner.sql.last_instant, &[(&name, Type::TEXT)])
-            .await?;
-        Ok(row.map(|row| row.try_get(0)).transpose()?)
+        let client = self.client().await?;
+        postgres::last_instant(&mut self.conn(&client), &self.inner.sql, name).await
     }
 
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        // A term past i64::MAX cannot be in the table: nothing to free.
-        let Ok(term) = i64::try_from(term) else {
-            return Ok(false);
-        };
-        let freed = self
-            .affected(
-                &self.inner.sql.force_release,
-                &[(&name, Type::TEXT), (&term, Type::INT8)],
-            )
-            .await?;
-        Ok(freed == 1)
+        let client = self.client().await?;
+        postgres::force_release(&mut self.conn(&client), &self.inner.sql, name, term).await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
-        let row = self
-            .row(&self.inner.sql.get, &[(&name, Type::TEXT)])
-            .await?;
-        row.as_ref().map(info).transpose()
+        let client = self.client().await?;
+        postgres::get(&mut self.conn(&client), &self.inner.sql, name).await
     }
 
     async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
-        let rows = self
-            .rows(
-                &self.inner.sql.list,
-                &[(&prefix, Type::TEXT), (&i64::from(limit), Type::INT8)],
-            )
-            .await?;
-        let mut infos = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let info = info(row)?;
-            if !info.name.starts_with(prefix) {
-                break;
-            }
-            infos.push(info);
-        }
-        Ok(infos)
+        let client = self.client().await?;
+        postgres::list(&mut self.conn(&client), &self.inner.sql, prefix, limit).await
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
-        let row = self
-            .row(sql::NOW, &[])
-            .await?
-            .ok_or("the clock read returned no row")?;
-        Ok(row.try_get(0)?)
+        let client = self.client().await?;
+        postgres::now_ms(&mut self.conn(&client), &self.inner.sql).await
     }
 
     async fn migrate(&self) -> Result<(), BoxError> {
@@ -411,18 +230,4 @@ impl LeaseStore for PostgresStore {
     fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
         Some(Self::guard_statement(self))
     }
-}
-
-/// A row of `get` or `list`.
-fn info(row: &tokio_postgres::Row) -> Result<LeaseInfo, BoxError> {
-    Ok(LeaseInfo {
-        name: row.try_get(0)?,
-        instance: row.try_get(1)?,
-        term: term(row.try_get(2)?)?,
-        expires_at_ms: row.try_get(3)?,
-        now_ms: row.try_get(4)?,
-        slot_ms: row.try_get(5)?,
-        unfinished_slot_ms: row.try_get(6)?,
-        rerun_slot_ms: row.try_get(7)?,
-    })
 }

@@ -13,7 +13,7 @@ use tokio_postgres::error::Severity;
 use tokio_postgres::types::Type;
 use tokio_postgres::{CancelToken, NoTls};
 
-use crate::sql::{StatementMode, TokenParam};
+use crate::conn::{StatementMode, TokenParam};
 use crate::store::PostgresStore;
 use crate::tls::CancelTls;
 
@@ -150,7 +150,11 @@ impl PostgresStore {
     /// frozen holder does not keep the claims waiting.
     #[must_use]
     pub fn guard_statement(&self) -> GuardStatement {
-        GuardStatement::new(Dialect::Postgres, "BEGIN", self.inner.sql.guard.clone())
+        GuardStatement::new(
+            Dialect::Postgres,
+            "BEGIN",
+            self.inner.sql.guard.text().to_owned(),
+        )
     }
 }
 
@@ -198,7 +202,7 @@ impl GuardDriver for Driver<'_> {
         conn: &'c mut Conn,
         params: GuardParams<'_>,
     ) -> Result<(Transaction<'c>, Option<u64>), BoxError> {
-        let verify = self.store.inner.sql.verify_locked.as_str();
+        let verify = self.store.inner.sql.verify_locked.text();
         let (name, token, term) = (params.name, TokenParam(params.token.expose()), params.term);
         let idle_ms = self.idle_ms.as_str();
         let tx = conn.client.transaction().await?;

@@ -8,8 +8,9 @@ use lease_core::Timings;
 use rusqlite::Connection;
 
 use crate::error::SqliteError;
-use crate::sql::{self, DEFAULT_TABLE, Statements};
+use crate::sql::{self, Statements};
 use crate::store::{Inner, SqliteStore};
+use lease_sql::DEFAULT_TABLE;
 
 /// The URL schemes this backend opens: `sqlite://path`, `sqlite:path`,
 /// `sqlite::memory:`.
@@ -82,6 +83,15 @@ pub enum Synchronous {
 /// the protocol, and a few lengths of the batch renewal and the search for
 /// unfinished instants.
 const STATEMENT_CACHE: usize = 64;
+
+/// Asks for write-ahead logging; answers the journal mode in effect.
+const JOURNAL_MODE_WAL: &str = "PRAGMA journal_mode = WAL";
+
+/// Each commit synced (the default).
+const SYNCHRONOUS_FULL: &str = "PRAGMA synchronous = FULL";
+
+/// Commits synced at checkpoints only: see `Synchronous::Normal`.
+const SYNCHRONOUS_NORMAL: &str = "PRAGMA synchronous = NORMAL";
 
 impl SqliteStoreBuilder {
     fn new(database: Database) -> Self {
@@ -269,8 +279,8 @@ impl SqliteStoreBuilder {
         conn.busy_timeout(self.busy_timeout).map_err(failed)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let pragma = match self.synchronous {
-            Synchronous::Full => sql::SYNCHRONOUS_FULL,
-            Synchronous::Normal => sql::SYNCHRONOUS_NORMAL,
+            Synchronous::Full => SYNCHRONOUS_FULL,
+            Synchronous::Normal => SYNCHRONOUS_NORMAL,
         };
         conn.execute_batch(pragma).map_err(failed)?;
         let read_only = self.open == OpenMode::ReadOnly;
@@ -405,7 +415,7 @@ fn switch_to_wal(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<
     const PAUSE: Duration = Duration::from_millis(10);
     let mut attempts_left = busy_timeout.as_millis() / PAUSE.as_millis();
     loop {
-        match conn.query_row(sql::JOURNAL_MODE_WAL, [], |row| row.get(0)) {
+        match conn.query_row(JOURNAL_MODE_WAL, [], |row| row.get(0)) {
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == rusqlite::ErrorCode::DatabaseBusy && attempts_left > 0 =>
             {

@@ -7,14 +7,12 @@ mod error;
 mod schema;
 mod sql;
 mod store;
-#[doc(hidden)]
-pub mod texts;
 mod transaction;
 
 pub use builder::{OpenMode, SCHEMES, SqliteStoreBuilder, Synchronous};
 pub use error::SqliteError;
 pub use lease_core::{GuardError, GuardStatement};
-pub use sql::DEFAULT_TABLE;
+pub use lease_sql::DEFAULT_TABLE;
 pub use store::SqliteStore;
 
 /// The rusqlite this crate is built on: the types a

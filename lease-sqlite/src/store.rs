@@ -10,12 +10,11 @@ use lease_core::{
     BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Token,
     Unfinished,
 };
-use rusqlite::{InterruptHandle, OptionalExtension, params};
+use lease_sql::sqlite;
+use rusqlite::InterruptHandle;
 
 use crate::builder::MEMORY;
-use crate::sql::{
-    self, Statements, claim_instant_in, find_unfinished_in, info, renew_many_in, term_at,
-};
+use crate::sql::{Statements, blocking};
 
 /// A [`LeaseStore`] on an SQLite database: a file, or memory.
 ///
@@ -77,7 +76,7 @@ impl fmt::Debug for SqliteStore {
         };
         f.debug_struct("SqliteStore")
             .field("database", &database)
-            .field("table", &self.inner.sql.table.name())
+            .field("table", &self.inner.sql.table().name())
             .field("busy_timeout", &self.inner.busy_timeout)
             .finish()
     }
@@ -96,16 +95,18 @@ impl SqliteStore {
         self.inner.path.as_deref()
     }
 
-    /// The lease table's name.
+    /// The lease table's name, as given.
     #[must_use]
     pub fn table(&self) -> &str {
-        self.inner.sql.table.name()
+        self.inner.sql.table().name()
     }
 }
 
 /// Every method is one call on the connection, and one statement, except
 /// [`claim_instant`](LeaseStore::claim_instant): a `BEGIN IMMEDIATE` transaction
-/// of a read and a write.
+/// of a read and a write. Each runs the flow of [`lease_sql::sqlite`] on the
+/// connection thread (see the crate's `sql.rs`), with its own copy of the call's
+/// values.
 ///
 /// # Cancel safety
 ///
@@ -115,22 +116,9 @@ impl SqliteStore {
 #[async_trait]
 impl LeaseStore for SqliteStore {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
-        self.run(move |conn, sql| {
-            returning(
-                &mut *conn.prepare_cached(&sql.claim)?,
-                params![name, holder, instance, lease_ms],
-                |row| term_at(row, 0),
-            )
-        })
-        .await
+        let claim = OwnedClaim::from(claim);
+        self.flow(move |conn, sql| blocking(sqlite::claim(conn, sql, &claim.request())))
+            .await
     }
 
     async fn renew(
@@ -139,14 +127,15 @@ impl LeaseStore for SqliteStore {
         token: Token<'_>,
         lease_ms: i64,
     ) -> Result<Option<i64>, BoxError> {
-        let holder = token.expose();
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |conn, sql| {
-            returning(
-                &mut *conn.prepare_cached(&sql.renew)?,
-                params![name, holder, lease_ms],
-                |row| row.get(0),
-            )
+        let (name, token) = (name.to_owned(), token.expose().to_owned());
+        self.flow(move |conn, sql| {
+            blocking(sqlite::renew(
+                conn,
+                sql,
+                &name,
+                Token::new(&token),
+                lease_ms,
+            ))
         })
         .await
     }
@@ -160,47 +149,41 @@ impl LeaseStore for SqliteStore {
             .iter()
             .map(|(name, token)| ((*name).to_owned(), token.expose().to_owned()))
             .collect();
-        self.run(move |conn, sql| renew_many_in(conn, sql, &leases, lease_ms))
-            .await
+        self.flow(move |conn, sql| {
+            let leases: Vec<(&str, Token<'_>)> = leases
+                .iter()
+                .map(|(name, token)| (name.as_str(), Token::new(token)))
+                .collect();
+            blocking(sqlite::renew_many(conn, sql, &leases, lease_ms))
+        })
+        .await
     }
 
     async fn verify(&self, name: &str, token: Token<'_>) -> Result<Option<u64>, BoxError> {
-        let holder = token.expose();
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.verify)?
-                .query_row(params![name, holder], |row| term_at(row, 0))
-                .optional()
-        })
-        .await
+        let (name, token) = (name.to_owned(), token.expose().to_owned());
+        self.flow(move |conn, sql| blocking(sqlite::verify(conn, sql, &name, Token::new(&token))))
+            .await
     }
 
     async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {
-        let holder = token.expose();
-        let (name, holder) = (name.to_owned(), holder.to_owned());
-        self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.release)?
-                .execute(params![name, holder])
-                .map(|changed| changed > 0)
-        })
-        .await
+        let (name, token) = (name.to_owned(), token.expose().to_owned());
+        self.flow(move |conn, sql| blocking(sqlite::release(conn, sql, &name, Token::new(&token))))
+            .await
     }
 
     async fn claim_instant(
         &self,
         claim: ClaimRequest<'_>,
-        slot_ms: i64,
+        instant_ms: i64,
     ) -> Result<InstantClaim, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
-        self.run(move |conn, sql| {
-            claim_instant_in(conn, sql, (&name, &holder, &instance, slot_ms, lease_ms))
+        let claim = OwnedClaim::from(claim);
+        self.flow(move |conn, sql| {
+            blocking(sqlite::claim_instant(
+                conn,
+                sql,
+                &claim.request(),
+                instant_ms,
+            ))
         })
         .await
     }
@@ -209,113 +192,67 @@ impl LeaseStore for SqliteStore {
         let FinishRequest {
             name,
             token,
-            instant_ms: slot_ms,
+            instant_ms,
             passed_ms,
         } = finish;
-        let holder = token.map(Token::expose);
-        let (name, holder) = (name.to_owned(), holder.map(str::to_owned));
-        self.run(move |conn, sql| {
-            let released: Option<bool> = returning(
-                &mut *conn.prepare_cached(&sql.finish)?,
-                params![name, holder, slot_ms, passed_ms],
-                |row| row.get(0),
-            )?;
-            Ok(match released {
-                Some(true) => Finished::Released,
-                Some(false) => Finished::RecordedWithoutLease,
-                None => Finished::NotRecorded,
-            })
+        let (name, token) = (name.to_owned(), token.map(|t| t.expose().to_owned()));
+        self.flow(move |conn, sql| {
+            let finish = FinishRequest {
+                name: &name,
+                token: token.as_deref().map(Token::new),
+                instant_ms,
+                passed_ms,
+            };
+            blocking(sqlite::finish(conn, sql, &finish))
         })
         .await
     }
 
     async fn find_unfinished(&self, names: &[&str]) -> Result<Vec<Unfinished>, BoxError> {
-        let names: Vec<String> = names.iter().map(|&name| name.to_owned()).collect();
         if names.is_empty() {
             return Ok(Vec::new());
         }
-        self.run(move |conn, sql| find_unfinished_in(conn, sql, &names))
-            .await
+        let names: Vec<String> = names.iter().map(|&name| name.to_owned()).collect();
+        self.flow(move |conn, sql| {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            blocking(sqlite::find_unfinished(conn, sql, &names))
+        })
+        .await
     }
 
     async fn claim_rerun(&self, claim: ClaimRequest<'_>, term: u64) -> Result<bool, BoxError> {
-        let ClaimRequest {
-            name,
-            token,
-            instance,
-            lease_ms,
-        } = claim;
-        let holder = token.expose();
-        let Ok(term) = i64::try_from(term) else {
-            return Ok(false); // no row has a term SQLite cannot store
-        };
-        let (name, holder, instance) = (name.to_owned(), holder.to_owned(), instance.to_owned());
-        self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.claim_rerun)?
-                .execute(params![name, term, holder, instance, lease_ms])
-                .map(|changed| changed > 0)
-        })
-        .await
+        let claim = OwnedClaim::from(claim);
+        self.flow(move |conn, sql| blocking(sqlite::claim_rerun(conn, sql, &claim.request(), term)))
+            .await
     }
 
     async fn last_instant(&self, name: &str) -> Result<Option<i64>, BoxError> {
         let name = name.to_owned();
-        self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.last_instant)?
-                .query_row([name], |row| row.get(0))
-                .optional()
-        })
-        .await
+        self.flow(move |conn, sql| blocking(sqlite::last_instant(conn, sql, &name)))
+            .await
     }
 
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
-        // A term past i64::MAX cannot be in the table: nothing to free.
-        let Ok(term) = i64::try_from(term) else {
-            return Ok(false);
-        };
         let name = name.to_owned();
-        self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.force_release)?
-                .execute(params![name, term])
-                .map(|changed| changed > 0)
-        })
-        .await
+        self.flow(move |conn, sql| blocking(sqlite::force_release(conn, sql, &name, term)))
+            .await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         let name = name.to_owned();
-        self.run(move |conn, sql| {
-            conn.prepare_cached(&sql.get)?
-                .query_row([name], info)
-                .optional()
-        })
-        .await
+        self.flow(move |conn, sql| blocking(sqlite::get(conn, sql, &name)))
+            .await
     }
 
     async fn list(&self, prefix: &str, limit: u32) -> Result<Vec<LeaseInfo>, BoxError> {
         let prefix = prefix.to_owned();
-        self.run(move |conn, sql| {
-            let mut stmt = conn.prepare_cached(&sql.list)?;
-            let rows = stmt.query_map(params![prefix, limit], info)?;
-            let mut infos = Vec::new();
-            for row in rows {
-                let info = row?;
-                if !info.name.starts_with(prefix.as_str()) {
-                    break;
-                }
-                infos.push(info);
-            }
-            Ok(infos)
-        })
-        .await
+        self.flow(move |conn, sql| blocking(sqlite::list(conn, sql, &prefix, limit)))
+            .await
     }
 
     async fn now_ms(&self) -> Result<i64, BoxError> {
-        self.run(|conn, _| {
-            conn.prepare_cached(sql::SELECT_NOW)?
-                .query_row([], |row| row.get(0))
-        })
-        .await
+        self.flow(|conn, sql| blocking(sqlite::now_ms(conn, sql)))
+            .await
     }
 
     /// As [`SqliteStore::migrate`].
@@ -332,26 +269,32 @@ impl LeaseStore for SqliteStore {
     }
 }
 
-/// Runs a write whose `RETURNING` answers one row or none, and returns that
-/// row (through `read`), stepping the statement to its end.
-///
-/// Why to its end: SQLite runs its WAL hook, the automatic checkpoint, only
-/// when a statement's step returns `SQLITE_DONE`. `query_row` reads the
-/// row and resets the statement, which commits the write but skips the
-/// hook: with only such writes on the file (a holder renewing), the WAL was
-/// never checkpointed and grew without bound (tens of MB in seconds), every
-/// commit extending the file, and a renewal cost twice the same statement
-/// written by hand (issue 17).
-fn returning<T>(
-    stmt: &mut rusqlite::Statement<'_>,
-    params: impl rusqlite::Params,
-    read: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> rusqlite::Result<Option<T>> {
-    let mut rows = stmt.query(params)?;
-    let first = match rows.next()? {
-        Some(row) => Some(read(row)?),
-        None => None,
-    };
-    while rows.next()?.is_some() {}
-    Ok(first)
+/// A claim's values, owned, for the connection thread.
+struct OwnedClaim {
+    name: String,
+    token: String,
+    instance: String,
+    lease_ms: i64,
+}
+
+impl From<ClaimRequest<'_>> for OwnedClaim {
+    fn from(claim: ClaimRequest<'_>) -> Self {
+        OwnedClaim {
+            name: claim.name.to_owned(),
+            token: claim.token.expose().to_owned(),
+            instance: claim.instance.to_owned(),
+            lease_ms: claim.lease_ms,
+        }
+    }
+}
+
+impl OwnedClaim {
+    fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            name: &self.name,
+            token: Token::new(&self.token),
+            instance: &self.instance,
+            lease_ms: self.lease_ms,
+        }
+    }
 }

@@ -23,7 +23,7 @@ use lease_core::{
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use tokio::sync::oneshot;
 
-use crate::sql::{self, term_at};
+use crate::sql::term_at;
 use crate::store::SqliteStore;
 
 impl SqliteStore {
@@ -161,7 +161,7 @@ impl SqliteStore {
         GuardStatement::new(
             Dialect::Sqlite,
             "BEGIN IMMEDIATE",
-            sql::guard(self.inner.sql.table.quoted()),
+            self.inner.sql.guard.text().to_owned(),
         )
     }
 }
@@ -311,7 +311,7 @@ impl GuardDriver for Driver<'_> {
         let on_thread = Arc::clone(&control);
         self.store
             .queue(Box::new(move |conn| {
-                session(conn, &inner.sql.verify, &received, &on_thread);
+                session(conn, inner.sql.verify.text(), &received, &on_thread);
             }))
             .map_err(|_| SessionError::Gone)?;
         Ok(Session { commands, control })

@@ -151,7 +151,7 @@ impl FenceDatabase for sqlx::MySql {
             .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
             .map(sqlx::mysql::MySqlDatabaseError::number);
         match number {
-            Some(n) => lease_mysql::texts::server_error_kind(n),
+            Some(n) => lease_sql::mysql::server_error_kind(n),
             None => DbErrorKind::Unclassified,
         }
     }

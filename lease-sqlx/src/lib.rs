@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod conn;
 mod dialect;
+mod error;
 mod fence;
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -12,6 +14,7 @@ mod sqlite;
 mod store;
 
 pub use dialect::FenceDatabase;
+pub use error::StoreError;
 pub use fence::{dialect_of, fenced, guard, guard_with, transaction};
 pub use lease_core::{BoxFuture, Dialect, GuardError, GuardStatement};
 #[cfg(feature = "mysql")]

@@ -107,7 +107,7 @@ async fn pool_options_set_the_session_bounds() {
     }
     let err = MySqlLeaseStore::session_setup(Duration::from_millis(200), None, None).unwrap_err();
     assert!(
-        matches!(err, lease_mysql::MySqlError::InvalidSetting(_)),
+        matches!(err, lease_sqlx::StoreError::InvalidSetting(_)),
         "{err}"
     );
 }
@@ -137,10 +137,10 @@ async fn migrate_refuses_a_table_whose_insert_ids_would_lie() {
     // Classified as lease-mysql classifies its own refusal: not retryable.
     assert_eq!(store.classify(&*err), lease_core::DbErrorKind::Other);
     let err = err
-        .downcast_ref::<lease_mysql::MySqlError>()
+        .downcast_ref::<lease_sqlx::StoreError>()
         .unwrap_or_else(|| panic!("{err}"));
     assert!(
-        matches!(err, lease_mysql::MySqlError::IncompatibleTable { reason, .. } if reason.contains("AUTO_INCREMENT")),
+        matches!(err, lease_sqlx::StoreError::IncompatibleTable { reason, .. } if reason.contains("AUTO_INCREMENT")),
         "{err:?}"
     );
     // The table lease-mysql's migrate accepts, it accepts too.

@@ -1,0 +1,448 @@
+//! MySQL's flows, on any driver's [`MySqlConn`]: the claims' reads and
+//! writes, the batch renewal's transaction, the deadlock retries, and the
+//! decoding of MySQL's rows.
+
+use std::future::Future;
+
+use lease_core::{
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, Token, Unfinished,
+};
+
+use super::{
+    CLAIM_ROUNDS, DEADLOCK, DEADLOCK_RETRIES, FINISH_RELEASED, FINISH_WITHOUT_LEASE,
+    MAX_NAMES_PER_SEARCH, MAX_RENEWALS_PER_BATCH, Statements,
+};
+use crate::Found;
+use crate::common::{self, InstantStep, claim_args};
+use crate::conn::{Conn, Done, Row, first};
+use crate::statement::{Args, Statement};
+
+/// A connection of a MySQL driver, with what the flows need besides
+/// statements: the server's error numbers (for the deadlock retries), and
+/// the batch renewal's transaction.
+pub trait MySqlConn: Conn {
+    /// The server's error number of `error`, when it is a server's error.
+    fn error_number(error: &(dyn std::error::Error + 'static)) -> Option<u16>;
+
+    /// Runs `write`, then `read` (each a statement and its values), in one
+    /// transaction on this connection, committed: `read`'s rows.
+    fn write_then_read(
+        &mut self,
+        write: (&Statement, &Args<'_>),
+        read: (&Statement, &Args<'_>),
+    ) -> impl Future<Output = Result<Vec<Self::Row>, BoxError>> + Send;
+}
+
+/// Whether `error` is InnoDB's deadlock: the victim's statement was rolled
+/// back whole, so it may run again.
+fn deadlock<C: MySqlConn>(error: &BoxError) -> bool {
+    C::error_number(error.as_ref()) == Some(DEADLOCK)
+}
+
+/// Runs a write, trying again when InnoDB picked it as a deadlock victim,
+/// and returns the OK packet's `last_insert_id` (`None` for 0: no row
+/// matched).
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn write<C: MySqlConn>(
+    conn: &mut C,
+    statement: &Statement,
+    args: &Args<'_>,
+) -> Result<Option<u64>, BoxError> {
+    let mut tries = 0;
+    loop {
+        match conn.execute(statement, args).await {
+            Ok(Done { last_insert_id, .. }) => {
+                return Ok(Some(last_insert_id).filter(|id| *id != 0));
+            }
+            Err(e) if deadlock::<C>(&e) && tries < DEADLOCK_RETRIES => {
+                tries += 1;
+                tracing::debug!(tries, "deadlock victim: trying the statement again");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// [`LeaseStore::claim`](lease_core::LeaseStore::claim): a plain read
+/// first, so a claim refused because the name is held locks nothing and
+/// waits on nothing; then, for a free row, an update checked against the
+/// term read (and the expiry, by the statement's clock), or, for a missing
+/// row, an insert that does nothing when a rival inserted first (the row is
+/// then read again). All on `conn`.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn claim<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    claim: &ClaimRequest<'_>,
+) -> Result<Option<u64>, BoxError> {
+    for _ in 0..CLAIM_ROUNDS {
+        let row = first(conn, &sql.claim_read, &Args::new().name(claim.name)).await?;
+        match row {
+            Some(row) if row.int(1)? == 0 => return Ok(None),
+            Some(row) => {
+                let term = row.uint(0)?;
+                return write(conn, &sql.claim_take, &claim_args(claim).term(term)).await;
+            }
+            None => {
+                if write(conn, &sql.claim_insert, &claim_args(claim)).await? == Some(1) {
+                    return Ok(Some(1));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// [`LeaseStore::renew`](lease_core::LeaseStore::renew): the statement's
+/// `LAST_INSERT_ID(now)` carries the database's now back in the OK packet
+/// when the row matched (0, `None`, when not).
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn renew<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    name: &str,
+    token: Token<'_>,
+    lease_ms: i64,
+) -> Result<Option<i64>, BoxError> {
+    let args = Args::new().name(name).token(token).lease_ms(lease_ms);
+    let now = write(conn, &sql.renew, &args).await?;
+    Ok(now.map(i64::try_from).transpose()?)
+}
+
+/// [`LeaseStore::renew_many`](lease_core::LeaseStore::renew_many): the
+/// renewals of each [`MAX_RENEWALS_PER_BATCH`] leases in one transaction:
+/// one `UPDATE` of every row still held, then one read of which are held
+/// now. Within the transaction the rows the update renewed stay locked, so
+/// the read sees exactly them: a row of one of these holders that the
+/// update did not renew had expired, and only its holder (this batch) could
+/// have extended it. A row the update renewed reads as not held only when
+/// the read came more than the lease after the update, and it has then
+/// expired indeed.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn renew_many<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    leases: &[(&str, Token<'_>)],
+    lease_ms: i64,
+) -> Result<Vec<Option<i64>>, BoxError> {
+    let mut held = Vec::with_capacity(leases.len());
+    for chunk in leases.chunks(MAX_RENEWALS_PER_BATCH) {
+        // Round up to a power of two, repeating the last pair, so that a few
+        // prepared statements serve every count.
+        let slots = chunk.len().next_power_of_two();
+        let (names, tokens) = common::split(chunk, slots);
+        let read_args = Args::new().names(&names).tokens(&tokens);
+        let update_args = read_args.lease_ms(lease_ms);
+        let (update, read) = sql.renew_many(slots);
+        let mut tries = 0;
+        let rows = loop {
+            match conn
+                .write_then_read((&update, &update_args), (&read, &read_args))
+                .await
+            {
+                Ok(rows) => break rows,
+                Err(e) if deadlock::<C>(&e) && tries < DEADLOCK_RETRIES => {
+                    tries += 1;
+                    tracing::debug!(tries, "deadlock victim: trying the batch again");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        held.extend(common::renewed(chunk, &rows, binary_text)?);
+    }
+    Ok(held)
+}
+
+/// [`LeaseStore::release`](lease_core::LeaseStore::release).
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn release<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    name: &str,
+    token: Token<'_>,
+) -> Result<bool, BoxError> {
+    let args = Args::new().name(name).token(token);
+    Ok(write(conn, &sql.release, &args).await?.is_some())
+}
+
+/// [`LeaseStore::claim_instant`](lease_core::LeaseStore::claim_instant): a
+/// plain read, then an insert or the update of the row read, each reading
+/// its outcome from its own reply.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn claim_instant<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    claim: &ClaimRequest<'_>,
+    instant_ms: i64,
+) -> Result<InstantClaim, BoxError> {
+    let row = first(conn, &sql.instant_read, &Args::new().name(claim.name)).await?;
+    let read = match row {
+        None => None,
+        Some(row) => Some((
+            row.uint(0)?,
+            common::instant_record(&row, 1)?,
+            row.int(4)? != 0,
+        )),
+    };
+    let step = InstantStep::after(read, instant_ms);
+    let args = claim_args(claim).instant_ms(instant_ms);
+    let written = match step {
+        InstantStep::Refuse => None,
+        InstantStep::Insert => {
+            (write(conn, &sql.instant_insert, &args).await? == Some(1)).then_some(1)
+        }
+        InstantStep::Update { term, .. } => {
+            write(conn, &sql.instant_update, &args.term(term)).await?
+        }
+    };
+    Ok(step.outcome(claim.name, written))
+}
+
+/// [`LeaseStore::finish`](lease_core::LeaseStore::finish): the outcome
+/// rides on `LAST_INSERT_ID`.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn finish<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    finish: &FinishRequest<'_>,
+) -> Result<Finished, BoxError> {
+    Ok(
+        match write(conn, &sql.finish, &common::finish_args(finish)).await? {
+            Some(FINISH_RELEASED) => Finished::Released,
+            Some(FINISH_WITHOUT_LEASE) => Finished::RecordedWithoutLease,
+            _ => Finished::NotRecorded,
+        },
+    )
+}
+
+/// [`LeaseStore::find_unfinished`](lease_core::LeaseStore::find_unfinished):
+/// statements of at most [`MAX_NAMES_PER_SEARCH`] names, each count rounded
+/// up to a power of two, all on `conn`.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn find_unfinished<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    names: &[&str],
+) -> Result<Vec<Unfinished>, BoxError> {
+    let mut found = Vec::new();
+    for chunk in names.chunks(MAX_NAMES_PER_SEARCH) {
+        let slots = chunk.len().next_power_of_two();
+        let padded = common::padded(chunk, slots);
+        let rows = conn
+            .rows(&sql.find_unfinished(slots), &Args::new().names(&padded))
+            .await?;
+        for row in &rows {
+            found.push(common::unfinished(row, binary_text, |row, i| row.uint(i))?);
+        }
+    }
+    Ok(found)
+}
+
+/// [`LeaseStore::claim_rerun`](lease_core::LeaseStore::claim_rerun).
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn claim_rerun<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    claim: &ClaimRequest<'_>,
+    term: u64,
+) -> Result<bool, BoxError> {
+    let args = claim_args(claim).term(term);
+    Ok(write(conn, &sql.claim_rerun, &args).await?.is_some())
+}
+
+/// [`LeaseStore::force_release`](lease_core::LeaseStore::force_release).
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn force_release<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    name: &str,
+    term: u64,
+) -> Result<bool, BoxError> {
+    let args = Args::new().name(name).term(term);
+    Ok(write(conn, &sql.force_release, &args).await?.is_some())
+}
+
+common::read_flows!(term: |row: &_, i| Row::uint(row, i), info: info);
+
+/// Inspects the existing table, reading `information_schema` only (so a
+/// user without the `CREATE` privilege can run it):
+///
+/// - every column the statements use is there;
+/// - `name` is binary, so names compare byte for byte;
+/// - no column is `AUTO_INCREMENT`, and no trigger is on the table. The
+///   statements read their outcome and the term from the OK packet's
+///   insert id (see the module docs), which an `AUTO_INCREMENT` column
+///   replaces with its own id (a wrong term: a wrong fencing token) and
+///   which a trigger inserting into a table with one disturbs (a claim
+///   that succeeded read as refused). A trigger is seen only by a user
+///   with the `TRIGGER` privilege on the table: for any other, the rule
+///   stands unchecked.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn inspect<C: Conn>(conn: &mut C, sql: &Statements) -> Result<Found, BoxError> {
+    let place = Args::new()
+        .schema(sql.table().schema())
+        .table_name(sql.table().table());
+    let rows = conn.rows(&sql.table_columns, &place).await?;
+    let columns = rows
+        .iter()
+        .map(|row| Ok((row.text(0)?, row.text(1)?, row.text(2)?)))
+        .collect::<Result<Vec<_>, BoxError>>()?;
+    let found = judge_columns(&columns);
+    if found != Found::Usable {
+        return Ok(found);
+    }
+    let rows = conn.rows(&sql.table_triggers, &place).await?;
+    let triggers = rows
+        .iter()
+        .map(|row| row.text(0))
+        .collect::<Result<Vec<_>, BoxError>>()?;
+    Ok(judge_triggers(&triggers))
+}
+
+/// `migrate`: the table looked for in `information_schema` first (so a
+/// user without `CREATE` can migrate an existing table), created when
+/// missing (`CREATE TABLE IF NOT EXISTS` takes the name's metadata lock:
+/// replicas may race), then checked. [`Found::Missing`] only when the table
+/// is still not there after its creation.
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn migrate<C: Conn>(conn: &mut C, sql: &Statements) -> Result<Found, BoxError> {
+    let found = inspect(conn, sql).await?;
+    if found != Found::Missing {
+        return Ok(found);
+    }
+    let _created = conn.execute(&sql.create_table, &Args::new()).await?;
+    inspect(conn, sql).await
+}
+
+/// What [`Statements::table_columns`]' rows (name, type, `EXTRA`) say of
+/// the table: the first half of [`inspect`].
+#[must_use]
+pub fn judge_columns(columns: &[(String, String, String)]) -> Found {
+    if columns.is_empty() {
+        return Found::Missing;
+    }
+    let names: Vec<&str> = columns.iter().map(|(c, ..)| c.as_str()).collect();
+    match Found::columns(&names, str::eq_ignore_ascii_case) {
+        Found::Usable => {}
+        lacking => return lacking,
+    }
+    let name_type = columns
+        .iter()
+        .find(|(c, ..)| c.eq_ignore_ascii_case("name"))
+        .map(|(_, t, _)| t.to_ascii_lowercase())
+        .unwrap_or_default();
+    if name_type != "varbinary" && name_type != "binary" {
+        return Found::Incompatible(format!(
+            "its name column is {name_type}, not VARBINARY: names would not compare byte for byte"
+        ));
+    }
+    if let Some((column, ..)) = columns
+        .iter()
+        .find(|(_, _, extra)| extra.to_ascii_lowercase().contains("auto_increment"))
+    {
+        return Found::Incompatible(format!(
+            "its column {column} is AUTO_INCREMENT, whose ids would replace the terms the \
+             statements read back from the insert id: drop the column"
+        ));
+    }
+    Found::Usable
+}
+
+/// What [`Statements::table_triggers`]' rows say of the table: the second
+/// half of [`inspect`].
+#[must_use]
+pub fn judge_triggers(triggers: &[String]) -> Found {
+    match triggers.first() {
+        Some(trigger) => Found::Incompatible(format!(
+            "it has the trigger {trigger}, which can disturb the insert id the statements read \
+             their outcome from: the lease table must have no trigger"
+        )),
+        None => Found::Usable,
+    }
+}
+
+/// A name (or token) stored `VARBINARY`, whose bytes the store wrote from a
+/// `&str`.
+fn binary_text(row: &impl Row, i: usize) -> Result<String, BoxError> {
+    Ok(String::from_utf8(row.bytes(i)?)?)
+}
+
+/// A row of `get` or `list`.
+fn info(row: &impl Row) -> Result<LeaseInfo, BoxError> {
+    Ok(LeaseInfo {
+        name: binary_text(row, 0)?,
+        instance: String::from_utf8_lossy(&row.bytes(1)?).into_owned(),
+        term: row.uint(2)?,
+        expires_at_ms: row.int(3)?,
+        now_ms: row.int(4)?,
+        slot_ms: row.int(5)?,
+        unfinished_slot_ms: row.int(6)?,
+        rerun_slot_ms: row.int(7)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_verdicts() {
+        let col = |n: &str, t: &str, e: &str| (n.to_owned(), t.to_owned(), e.to_owned());
+        assert_eq!(judge_columns(&[]), Found::Missing);
+        let mut cols: Vec<_> = crate::COLUMNS
+            .iter()
+            .map(|c| col(c, if *c == "name" { "varbinary" } else { "bigint" }, ""))
+            .collect();
+        assert_eq!(judge_columns(&cols), Found::Usable);
+        cols.push(col("id", "int", "auto_increment"));
+        assert!(
+            matches!(judge_columns(&cols), Found::Incompatible(r) if r.contains("AUTO_INCREMENT"))
+        );
+        let _ = cols.pop();
+        cols[0].1 = "varchar".to_owned();
+        assert!(
+            matches!(judge_columns(&cols), Found::Incompatible(r) if r.contains("not VARBINARY"))
+        );
+        assert!(matches!(
+            judge_triggers(&["t".to_owned()]),
+            Found::Incompatible(_)
+        ));
+        assert_eq!(judge_triggers(&[]), Found::Usable);
+    }
+}
