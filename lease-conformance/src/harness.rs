@@ -81,6 +81,13 @@ impl Ctx {
         self.leases_with(short_timings())
     }
 
+    /// A coordinator whose leases last [`HELD_LEASE`] (see
+    /// [`held_timings`]), for cases whose holder must keep its lease while
+    /// they watch, even on a loaded machine.
+    pub fn held_leases(&self) -> Leases {
+        self.leases_with(held_timings())
+    }
+
     /// A coordinator with `timings`, claiming as a process of its own.
     pub fn leases_with(&self, timings: Timings) -> Leases {
         let n = self.instances.fetch_add(1, Ordering::Relaxed);
@@ -112,6 +119,50 @@ impl Ctx {
             None => panic!("the backend's factory gave a store for the case, then none"),
         }
     }
+}
+
+/// The lease duration of [`Ctx::held_leases`].
+pub const HELD_LEASE: Duration = Duration::from_millis(4_000);
+
+/// The timings of cases whose holder must keep its lease while the case
+/// watches (the renewals' liveness, a lock's or a leader's tenure): a
+/// [`HELD_LEASE`] lease renewed every 250 ms, with a local deadline of 2 s
+/// (so a holder steps down 2 s before the database frees the name).
+///
+/// A holder steps down when no renewal succeeds within its local deadline,
+/// and that is right: it cannot tell a database that does not answer from a
+/// runtime that gives its renewal task no turn. On a loaded machine (a
+/// parallel build on two cores, a disk busy with fsyncs) a task can wait
+/// hundreds of milliseconds for its turn, so these timings leave two seconds
+/// of it before a case reads a loss; a case that still sees one says so in
+/// its failure text (see [`deadline_note`]).
+pub fn held_timings() -> Timings {
+    match Timings::builder()
+        .lease(HELD_LEASE)
+        .renew(Duration::from_millis(250))
+        .deadline(Duration::from_millis(2_000))
+        .grace(Duration::from_millis(500))
+        .build()
+    {
+        Ok(t) => t,
+        Err(e) => panic!("the suite's held timings are invalid: {e}"),
+    }
+}
+
+/// What a case adds to its failure text when a holder lost its lease to
+/// its local deadline (`LostCause::DeadlineExceeded`) under `timings`: the
+/// backend did not answer a renewal in time, again and again, or the
+/// process was starved of CPU or disk for the whole deadline, which is
+/// the machine's fault, not the backend's.
+pub fn deadline_note(timings: &Timings) -> String {
+    format!(
+        "no renewal succeeded within the {:?} local deadline (each attempt bounded by {:?}): \
+         either renew failed or hung again and again (the backend's fault), or the test \
+         process was starved of CPU or disk for that long (a loaded machine: run the suite \
+         again with fewer tests at once, e.g. --test-threads 2)",
+        timings.deadline(),
+        timings.deadline() / 2
+    )
 }
 
 /// The timings of [`Ctx::short_leases`].

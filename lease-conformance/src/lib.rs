@@ -10,8 +10,9 @@ pub mod proxy;
 pub mod reference;
 
 pub use harness::{
-    CaseFailure, CaseFn, Ctx, Factory, Fresh, Outcome, SHORT_LEASE, case, env_url, factory,
-    fence_timings, run_all, run_case, run_test, short_timings,
+    CaseFailure, CaseFn, Ctx, Factory, Fresh, HELD_LEASE, Outcome, SHORT_LEASE, case,
+    deadline_note, env_url, factory, fence_timings, held_timings, run_all, run_case, run_test,
+    short_timings,
 };
 pub use mapping::MAPPING;
 
