@@ -62,6 +62,21 @@ pub enum Error {
     #[error("invalid lease timings: {0}")]
     InvalidTimings(String),
 
+    /// The coordinator's timings are out of step with its store's
+    /// server-side bounds: the store would keep a statement going at the
+    /// server after the coordinator gave up on it. Every claim refuses
+    /// (see [`Leases::with_timings`](crate::Leases::with_timings)).
+    #[error(
+        "the lease timings are out of step with the store's server-side bounds ({reason}): \
+         build the store with the same timings (`with_timings` on its builder, or \
+         `dblease::connect_with`), or take the store's timings (`Leases::new` does)"
+    )]
+    TimingsOutOfStep {
+        /// Which of the store's bounds outlast the coordinator's, and by how
+        /// much.
+        reason: String,
+    },
+
     /// An instant of a schedule that cannot be claimed: it is not after the
     /// UNIX epoch, or it does not fit in milliseconds.
     #[error("invalid instant for lease {name:?}: {reason}")]

@@ -8,6 +8,7 @@ use crate::error::{BoxError, DbErrorKind, Op};
 use crate::guard_statement::GuardStatement;
 use crate::info::LeaseInfo;
 use crate::store::{ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Unfinished};
+use crate::timings::Timings;
 use crate::token::Token;
 
 /// A store that wraps another and changes only what it names: every
@@ -187,6 +188,11 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
     fn guard_statement(&self) -> Option<GuardStatement> {
         self.inner().guard_statement()
     }
+
+    /// [`LeaseStore::timings`], forwarded (no hook: it sends nothing).
+    fn timings(&self) -> Option<Timings> {
+        self.inner().timings()
+    }
 }
 
 /// Every wrapper is a store: each method is the wrapper's.
@@ -272,6 +278,10 @@ impl<T: ForwardingStore> LeaseStore for T {
 
     fn guard_statement(&self) -> Option<GuardStatement> {
         ForwardingStore::guard_statement(self)
+    }
+
+    fn timings(&self) -> Option<Timings> {
+        ForwardingStore::timings(self)
     }
 }
 

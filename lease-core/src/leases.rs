@@ -51,6 +51,9 @@ struct Shared {
     instance: String,
     timings: Timings,
     fail_hook: FailHook,
+    /// Why the timings are out of step with the store's bounds, when they
+    /// are: every claim refuses with it (see [`Leases::with_timings`]).
+    out_of_step: Option<String>,
     /// Whether renewals go through one batch statement, see
     /// [`Leases::with_renewal_batching`].
     batching: bool,
@@ -69,7 +72,9 @@ impl fmt::Debug for Leases {
 }
 
 impl Leases {
-    /// A coordinator on `store`, with the default timings and this process's
+    /// A coordinator on `store`, with the store's timings (those its
+    /// server-side bounds came from: see [`LeaseStore::timings`]; the
+    /// defaults for a store that has none) and this process's
     /// [`instance_id`](crate::instance_id) (or `LEASE_INSTANCE`: see
     /// [`with_instance`](Self::with_instance)).
     pub fn new<S: LeaseStore>(store: S) -> Self {
@@ -79,11 +84,13 @@ impl Leases {
     /// A coordinator on a store shared as `Arc<dyn LeaseStore>`, for a
     /// program that picks its database at run time.
     pub fn from_arc(store: Arc<dyn LeaseStore>) -> Self {
+        let timings = store.timings().unwrap_or_default();
         Leases {
             shared: Arc::new(Shared {
                 store,
                 instance: default_instance(),
-                timings: Timings::default(),
+                timings,
+                out_of_step: None,
                 fail_hook: FailHook::default(),
                 batching: false,
                 batcher: Arc::default(),
@@ -93,17 +100,80 @@ impl Leases {
 
     /// The same coordinator with other timings.
     ///
-    /// The store's server-side bounds (statement timeout, lock wait) were
-    /// set when it was built: build it with the same timings (each
-    /// backend's builder has `with_timings`, and `dblease::connect_with`
-    /// does both), or a tightened deadline leaves statements running on
-    /// the server after the coordinator gave up on them.
+    /// The store's server-side bounds (statement timeout, lock wait, idle
+    /// guarded transactions) were set when it was built, from the timings
+    /// its builder was given ([`LeaseStore::timings`]). A store whose bounds
+    /// outlast these timings' would keep a statement going at the server
+    /// after this coordinator gave up on it, so such a coordinator refuses
+    /// every claim with [`Error::TimingsOutOfStep`], which says which bound
+    /// outlasts which ([`Timings::bounds_outlast`]). Build the store with the
+    /// same timings (each backend's builder has `with_timings`, and
+    /// `dblease::connect_with` does both), or leave them out here:
+    /// [`Leases::new`] takes the store's. A store with bounds within these
+    /// timings' (the server gives up first) or with none of its own is
+    /// never refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use lease_core::{Error, Leases, LeaseStore, Timings};
+    /// # async fn example(store: std::sync::Arc<dyn LeaseStore>) -> lease_core::Result<()> {
+    /// // A store built with the default timings, a coordinator with a
+    /// // shorter deadline: its claims refuse, naming the bounds.
+    /// let fast = Timings::builder()
+    ///     .lease(Duration::from_secs(3))
+    ///     .renew(Duration::from_millis(250))
+    ///     .deadline(Duration::from_secs(2))
+    ///     .grace(Duration::from_millis(500))
+    ///     .build()?;
+    /// let leases = Leases::from_arc(store).with_timings(fast);
+    /// match leases.claim("lock:report").await {
+    ///     Err(Error::TimingsOutOfStep { reason }) => eprintln!("{reason}"),
+    ///     other => { let _ = other?; }
+    /// }
+    /// # Ok(()) }
+    /// ```
     #[must_use]
-    pub fn with_timings(mut self, timings: Timings) -> Self {
+    pub fn with_timings(self, timings: Timings) -> Self {
+        let out_of_step = self
+            .shared
+            .store
+            .timings()
+            .and_then(|store| store.bounds_outlast(&timings));
+        if let Some(reason) = &out_of_step {
+            tracing::error!(
+                reason = %reason,
+                "lease timings out of step with the store's server-side bounds: every claim \
+                 will refuse"
+            );
+        }
+        let mut leases = self.with_timings_unchecked(timings);
+        Arc::make_mut(&mut leases.shared).out_of_step = out_of_step;
+        leases
+    }
+
+    /// [`with_timings`](Self::with_timings) without comparing the timings
+    /// with the store's server-side bounds: for tests that run coordinators
+    /// of several timings over one store (the conformance suite's short
+    /// leases on a store built with the defaults), where a statement left
+    /// running at the server after its coordinator gave up is understood.
+    #[must_use]
+    pub fn with_timings_unchecked(mut self, timings: Timings) -> Self {
         let shared = Arc::make_mut(&mut self.shared);
         shared.timings = timings;
+        shared.out_of_step = None;
         shared.batcher = Arc::default();
         self
+    }
+
+    /// [`Error::TimingsOutOfStep`] when this coordinator's timings are out
+    /// of step with its store's bounds: what every claim checks first.
+    fn in_step(&self) -> Result<()> {
+        match &self.shared.out_of_step {
+            Some(reason) => Err(Error::TimingsOutOfStep {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The same coordinator renewing every lease it holds through one
@@ -293,8 +363,10 @@ impl Leases {
     /// # Errors
     ///
     /// [`Error::InvalidName`] before any SQL for an empty or over-long name;
-    /// [`Error::Database`] or [`Error::Timeout`] when the database does not
-    /// answer.
+    /// [`Error::TimingsOutOfStep`] before any SQL when the coordinator's
+    /// timings are out of step with the store's bounds (see
+    /// [`with_timings`](Self::with_timings)); [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
     ///
     /// # Cancel safety
     ///
@@ -302,6 +374,7 @@ impl Leases {
     /// knows; it is then free again when the lease expires.
     pub async fn claim(&self, name: &str) -> Result<Option<Handle>> {
         validate_name(name)?;
+        self.in_step()?;
         let token = new_token()?;
         let sent = Instant::now();
         let claimed = self
@@ -419,8 +492,9 @@ impl Leases {
     /// # Errors
     ///
     /// [`Error::InvalidName`] before any SQL; [`Error::InvalidInstant`] for an
-    /// instant not after the UNIX epoch; [`Error::Database`] or
-    /// [`Error::Timeout`] when the database does not answer.
+    /// instant not after the UNIX epoch; [`Error::TimingsOutOfStep`] (see
+    /// [`claim`](Self::claim)); [`Error::Database`] or [`Error::Timeout`]
+    /// when the database does not answer.
     ///
     /// # Cancel safety
     ///
@@ -428,6 +502,7 @@ impl Leases {
     /// knows: it then counts as a round cut short, and runs again once.
     pub async fn claim_instant(&self, name: &str, instant: UtcMillis) -> Result<Option<Handle>> {
         validate_name(name)?;
+        self.in_step()?;
         if instant.as_millis() <= 0 {
             return Err(Error::InvalidInstant {
                 name: name.to_owned(),
@@ -526,6 +601,7 @@ impl Leases {
     ///
     /// # Errors
     ///
+    /// [`Error::TimingsOutOfStep`] (see [`claim`](Self::claim));
     /// [`Error::Database`] or [`Error::Timeout`] when the database does not answer.
     ///
     /// # Cancel safety
@@ -534,6 +610,7 @@ impl Leases {
     /// token nobody knows: it is then unfinished for good.
     pub async fn claim_rerun(&self, u: &Unfinished) -> Result<Option<Handle>> {
         validate_name(&u.name)?;
+        self.in_step()?;
         let token = new_token()?;
         let sent = Instant::now();
         let claimed = self
@@ -657,5 +734,122 @@ pub(crate) async fn bounded<T>(
             name: name.map(str::to_owned),
             after: bound,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::error::Error;
+    use crate::forward::ForwardingStore;
+    use crate::memory::MemoryStore;
+    use crate::store::LeaseStore;
+    use crate::time::UtcMillis;
+    use crate::timings::Timings;
+
+    use super::Leases;
+
+    /// A store whose server-side bounds came from `timings` (as a backend
+    /// built with `with_timings` reports), over the reference store.
+    #[derive(Debug)]
+    struct Bounded {
+        inner: MemoryStore,
+        timings: Option<Timings>,
+    }
+
+    impl ForwardingStore for Bounded {
+        fn inner(&self) -> &dyn LeaseStore {
+            &self.inner
+        }
+
+        fn timings(&self) -> Option<Timings> {
+            self.timings
+        }
+    }
+
+    fn bounded(timings: Option<Timings>) -> Arc<Bounded> {
+        Arc::new(Bounded {
+            inner: MemoryStore::new().migrated(),
+            timings,
+        })
+    }
+
+    fn fast() -> Timings {
+        Timings::builder()
+            .lease(Duration::from_secs(3))
+            .renew(Duration::from_millis(250))
+            .deadline(Duration::from_secs(2))
+            .grace(Duration::from_millis(500))
+            .build()
+            .unwrap()
+    }
+
+    /// Issue 23, item 9: a coordinator whose timings are shorter than its
+    /// store's bounds refuses every claim, before any statement, naming
+    /// the bounds; the store's own timings (taken by `Leases::new`), longer
+    /// ones and unchecked ones claim.
+    #[tokio::test]
+    async fn timings_out_of_step_with_the_stores_bounds_refuse_every_claim() {
+        let store = bounded(Some(Timings::default()));
+        let leases = Leases::from_arc(store.clone());
+        assert_eq!(leases.timings(), &Timings::default(), "the store's timings");
+
+        let out = leases.clone().with_timings(fast());
+        for refused in [
+            out.claim("job").await.map(|_| ()),
+            out.claim_instant("cron:job", UtcMillis::from_millis(60_000))
+                .await
+                .map(|_| ()),
+        ] {
+            match refused {
+                Err(Error::TimingsOutOfStep { reason }) => {
+                    assert!(reason.contains("statement timeout 5s > 1s"), "{reason}");
+                }
+                other => panic!("expected TimingsOutOfStep, got {other:?}"),
+            }
+        }
+        assert!(
+            store.get("job").await.unwrap().is_none(),
+            "a refused coordinator sends nothing"
+        );
+        let err = out.claim("job").await.unwrap_err();
+        assert!(!err.is_retryable(), "{err:?}");
+        assert!(err.to_string().contains("with_timings"), "{err}");
+
+        // The store's own timings, longer ones, and unchecked ones claim.
+        let slow = Timings::builder()
+            .lease(Duration::from_secs(60))
+            .deadline(Duration::from_secs(40))
+            .build()
+            .unwrap();
+        for ok in [
+            leases.clone(),
+            leases.clone().with_timings(slow),
+            leases
+                .clone()
+                .with_timings(fast())
+                .with_timings(Timings::default()),
+            leases.clone().with_timings_unchecked(fast()),
+        ] {
+            let h = ok.claim("ok").await.unwrap().expect("a free name");
+            h.release().await.unwrap();
+        }
+        // A store with no bounds of its own takes any timings.
+        let free = Leases::from_arc(bounded(None)).with_timings(fast());
+        assert_eq!(free.timings(), &fast());
+        assert!(free.claim("job").await.unwrap().is_some());
+    }
+
+    /// A store built with timings gives them to the coordinator on it.
+    #[test]
+    fn a_coordinator_takes_its_stores_timings() {
+        let leases = Leases::from_arc(bounded(Some(fast())));
+        assert_eq!(leases.timings(), &fast());
+        assert_eq!(
+            Leases::from_arc(bounded(None)).timings(),
+            &Timings::default()
+        );
     }
 }

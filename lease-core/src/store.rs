@@ -9,6 +9,7 @@ use crate::error::{BoxError, DbErrorKind};
 use crate::guard_statement::GuardStatement;
 use crate::info::LeaseInfo;
 use crate::time::UtcMillis;
+use crate::timings::Timings;
 use crate::token::Token;
 
 /// The protocol's statements, implemented once per database.
@@ -304,6 +305,21 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// The default, `None`, says the store offers no guard (a store whose
     /// claims take no lock a guard could conflict with).
     fn guard_statement(&self) -> Option<GuardStatement> {
+        None
+    }
+
+    /// The timings this store derived its server-side bounds from (the
+    /// statement timeout, the lock wait, SQLite's busy timeout: each
+    /// backend's builder takes them with `with_timings`, the defaults
+    /// otherwise), or `None` for a store that sets no bounds of its own
+    /// (the default; a store on a pool the caller configured).
+    ///
+    /// A coordinator on the store takes these timings as its own
+    /// ([`Leases::new`](crate::Leases::new)), and refuses to claim with
+    /// timings whose bounds the store's would outlast (see
+    /// [`Leases::with_timings`](crate::Leases::with_timings)), so that the
+    /// two cannot get out of step.
+    fn timings(&self) -> Option<Timings> {
         None
     }
 }
@@ -612,5 +628,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     fn guard_statement(&self) -> Option<GuardStatement> {
         (**self).guard_statement()
+    }
+
+    fn timings(&self) -> Option<Timings> {
+        (**self).timings()
     }
 }

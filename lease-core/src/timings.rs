@@ -310,6 +310,57 @@ impl Timings {
         Duration::from_secs(fifths.as_secs()).max(MIN_STATEMENT_TIMEOUT)
     }
 
+    /// What a store whose server-side bounds come from these timings
+    /// would do past a coordinator with `coordinator`'s timings, if
+    /// anything: keep a statement (or a lock wait, or an idle guarded
+    /// transaction) going at the server after that coordinator gave up on
+    /// it. `None` when every bound of these timings is within the
+    /// coordinator's: the server then gives up no later than the
+    /// coordinator does (earlier costs a retry, never a statement running
+    /// on unseen).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::Timings;
+    ///
+    /// let store = Timings::default();
+    /// let fast = Timings::builder()
+    ///     .lease(Duration::from_secs(3))
+    ///     .renew(Duration::from_millis(250))
+    ///     .deadline(Duration::from_secs(2))
+    ///     .grace(Duration::from_millis(500))
+    ///     .build()?;
+    /// assert!(store.bounds_outlast(&fast).is_some());
+    /// assert!(fast.bounds_outlast(&store).is_none());
+    /// assert!(store.bounds_outlast(&store).is_none());
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    #[must_use]
+    pub fn bounds_outlast(&self, coordinator: &Timings) -> Option<String> {
+        let longer = [
+            (
+                "statement timeout",
+                self.statement_timeout(),
+                coordinator.statement_timeout(),
+            ),
+            (
+                "lock wait",
+                self.lock_wait_timeout(),
+                coordinator.lock_wait_timeout(),
+            ),
+            (
+                "idle guarded transaction (the local deadline)",
+                self.deadline,
+                coordinator.deadline,
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, store, coordinator)| store > coordinator)
+        .map(|(what, store, coordinator)| format!("{what} {store:?} > {coordinator:?}"))
+        .collect::<Vec<_>>();
+        (!longer.is_empty()).then(|| longer.join(", "))
+    }
+
     fn check(self, accepted: u8) -> Result<Self, Error> {
         let lease_whole = Duration::from_millis(u64::try_from(self.lease_ms()).unwrap_or(0));
         let problem = if self.lease_ms() < 1 {

@@ -52,6 +52,8 @@ pub struct MySqlStoreBuilder {
     lock_wait_timeout: Duration,
     statement_timeout: Option<Duration>,
     idle_transaction_timeout: Option<Duration>,
+    /// The timings the three bounds above came from (see `with_timings`).
+    timings: Timings,
     connect_timeout: Duration,
     tls: Option<SslOpts>,
     prefer_socket: Option<bool>,
@@ -92,6 +94,7 @@ impl MySqlStoreBuilder {
             lock_wait_timeout: Duration::ZERO,
             statement_timeout: None,
             idle_transaction_timeout: None,
+            timings: Timings::default(),
             connect_timeout: MySqlStoreBuilder::DEFAULT_CONNECT_TIMEOUT,
             tls: None,
             prefer_socket: None,
@@ -123,6 +126,11 @@ impl MySqlStoreBuilder {
     /// would hold a claim far past the protocol's bound on a statement).
     /// The `with_*_timeout` setters below override one setting each.
     ///
+    /// A coordinator on the store takes these timings
+    /// ([`Leases::new`](lease_core::Leases::new)), and one given shorter
+    /// timings refuses to claim (see
+    /// [`Leases::with_timings`](lease_core::Leases::with_timings)).
+    ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
@@ -148,6 +156,7 @@ impl MySqlStoreBuilder {
             self.statement_timeout,
             self.idle_transaction_timeout,
         ) = sql::timings_bounds(timings);
+        self.timings = *timings;
         self
     }
 
@@ -358,6 +367,7 @@ impl MySqlStoreBuilder {
                     "(caller's pool)".to_owned(),
                     false,
                     None,
+                    None,
                 ));
             }
             Source::Url(ref opts) => (**opts).clone(),
@@ -386,7 +396,22 @@ impl MySqlStoreBuilder {
         let server = describe_server(&opts);
         let tls = opts.ssl_opts().is_some();
         let pool = Pool::new(opts);
-        Ok(MySqlStore::assemble(pool, table, server, tls, Some(setup)))
+        // The store's bounds are the timings' only when none was set by
+        // hand since (see `LeaseStore::timings`).
+        let bounds = (
+            self.lock_wait_timeout,
+            self.statement_timeout,
+            self.idle_transaction_timeout,
+        );
+        let timings = (bounds == sql::timings_bounds(&self.timings)).then_some(self.timings);
+        Ok(MySqlStore::assemble(
+            pool,
+            table,
+            server,
+            tls,
+            Some(setup),
+            timings,
+        ))
     }
 }
 
@@ -539,6 +564,7 @@ impl MySqlStore {
             sql::default_table(),
             "(caller's pool)".to_owned(),
             false,
+            None,
             None,
         )
     }

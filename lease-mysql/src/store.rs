@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lease_core::{
     BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore,
-    TableName, Token, Unfinished,
+    TableName, Timings, Token, Unfinished,
 };
 use lease_sql::mysql::{self, Statements};
 use mysql_async::Pool;
@@ -33,6 +33,9 @@ pub(crate) struct Inner {
     /// guarded transaction; `None` on a caller's pool, whose sessions the
     /// store leaves to the pool's own reset.
     pub(crate) setup: Option<String>,
+    /// The timings the sessions' bounds came from, when they did (see
+    /// [`LeaseStore::timings`]).
+    pub(crate) timings: Option<Timings>,
 }
 
 impl fmt::Debug for MySqlStore {
@@ -52,6 +55,7 @@ impl MySqlStore {
         server: String,
         tls: bool,
         setup: Option<String>,
+        timings: Option<Timings>,
     ) -> MySqlStore {
         MySqlStore {
             inner: Arc::new(Inner {
@@ -60,6 +64,7 @@ impl MySqlStore {
                 server,
                 tls,
                 setup,
+                timings,
             }),
         }
     }
@@ -190,5 +195,9 @@ impl LeaseStore for MySqlStore {
 
     fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
         Some(Self::guard_statement(self))
+    }
+
+    fn timings(&self) -> Option<Timings> {
+        self.inner.timings
     }
 }

@@ -271,7 +271,7 @@ async fn a_successors_claim_waits_for_the_guarded_transaction() {
         .grace(Duration::from_millis(100))
         .build()
         .unwrap();
-    let leases = Leases::new(store.clone()).with_timings(short);
+    let leases = Leases::new(store.clone()).with_timings_unchecked(short);
     let ctx = context(&leases, "fenced").await;
     let (locked, hold) = (
         Arc::new(tokio::sync::Notify::new()),

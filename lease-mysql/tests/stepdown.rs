@@ -41,21 +41,28 @@ async fn connect_with(
     configure: impl FnOnce(MySqlStoreBuilder) -> MySqlStoreBuilder,
 ) -> Stores {
     let table = unique_table();
+    // Both stores' server-side bounds from the scenarios' timings, which
+    // their coordinators use.
     let direct = MySqlStore::builder(url)
         .unwrap()
         .with_table(&table)
+        .with_timings(&network::timings())
         .with_pool_constraints(0, 4)
         .connect()
         .await
         .expect("connect to LEASE_TEST_MYSQL_URL");
     let (proxy, proxied_url) = network::proxy_for_url(url, 3306).await.unwrap();
-    let proxied = configure(MySqlStore::builder(&proxied_url).unwrap())
-        .with_table(&table)
-        .with_pool_constraints(min, 2)
-        .with_prefer_socket(false)
-        .connect()
-        .await
-        .expect("connect through the proxy");
+    let proxied = configure(
+        MySqlStore::builder(&proxied_url)
+            .unwrap()
+            .with_timings(&network::timings()),
+    )
+    .with_table(&table)
+    .with_pool_constraints(min, 2)
+    .with_prefer_socket(false)
+    .connect()
+    .await
+    .expect("connect through the proxy");
     network::Pair::new(direct, proxied, proxy, table, |direct, table| async move {
         let mut conn = direct.pool().get_conn().await.unwrap();
         conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
@@ -75,24 +82,19 @@ async fn connect_with(
     })
 }
 
-/// The stores for one network scenario. For the late renewals, the proxied
-/// pool keeps its connections, as a production pool does (mysql_async's
-/// default keeps 10): a renewal sent on a new connection would stall in the
-/// handshake, before its statement left. For the frozen guarded
-/// transaction (issue 16, item 7: its shared lock on the lease row failed
-/// every claim after the lock-wait bound for as long as it stayed frozen),
-/// `idle_transaction_timeout` is the scenario's local deadline (1.5 s, so
-/// 2 s): MariaDB ends the frozen session, and a rival claims the name once
-/// the lease has expired.
+/// The stores for one network scenario. For the late renewals and the
+/// frozen guarded transaction, the proxied pool keeps its connections, as a
+/// production pool does (mysql_async's default keeps 10): a renewal sent on
+/// a new connection would stall in the handshake, before its statement
+/// left. The frozen guarded transaction (issue 16, item 7: its shared lock
+/// on the lease row failed every claim after the lock-wait bound for as long
+/// as it stayed frozen) is ended by MariaDB at `idle_transaction_timeout`,
+/// which the scenarios' timings set to their local deadline (1.5 s, so
+/// 2 s): a rival then claims the name once the lease has expired.
 async fn connect(url: &str, scenario: network::Scenario) -> Stores {
     match scenario {
-        network::Scenario::LateRenewals => connect_with(url, 2, |builder| builder).await,
-        network::Scenario::FrozenTransaction => {
-            let deadline = network::timings().deadline();
-            connect_with(url, 2, |builder| {
-                builder.with_idle_transaction_timeout(Some(deadline))
-            })
-            .await
+        network::Scenario::LateRenewals | network::Scenario::FrozenTransaction => {
+            connect_with(url, 2, |builder| builder).await
         }
         _ => connect_with(url, 0, |builder| builder).await,
     }

@@ -183,6 +183,17 @@ async fn session_bounds_are_derived_from_the_timings() {
         statement.starts_with("2.000000 4") || statement == "2000",
         "{statement}"
     );
+    // What the store tells a coordinator its bounds came from (issue 23,
+    // item 9): the timings, unless a bound was set by hand.
+    assert_eq!(LeaseStore::timings(&tight), Some(timings));
+    assert_eq!(Leases::new(tight).timings(), &timings);
+    let by_hand = MySqlStore::builder(&url)
+        .unwrap()
+        .with_timings(&timings)
+        .with_lock_wait_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    assert_eq!(LeaseStore::timings(&by_hand), None);
 }
 
 #[tokio::test]

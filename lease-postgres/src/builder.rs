@@ -220,6 +220,11 @@ impl PostgresStoreBuilder {
     /// pool given with [`from_pool`](Self::from_pool) only the `COMMIT`
     /// bound applies; the pool's own connections keep their settings.
     ///
+    /// A coordinator on the store takes these timings
+    /// ([`Leases::new`](lease_core::Leases::new)), and one given shorter
+    /// timings refuses to claim (see
+    /// [`Leases::with_timings`](lease_core::Leases::with_timings)).
+    ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
@@ -234,7 +239,7 @@ impl PostgresStoreBuilder {
     ///     .build()?;
     /// let builder = PostgresStore::builder("postgres://app@db.internal/app")?
     ///     .with_timings(&timings); // statement_timeout = 2 s
-    /// // let leases = lease_core::Leases::new(builder.connect().await?).with_timings(timings);
+    /// // let leases = lease_core::Leases::new(builder.connect().await?); // takes them
     /// # drop(builder);
     /// # Ok(()) }
     /// ```
@@ -302,7 +307,7 @@ impl PostgresStoreBuilder {
                     pool,
                     sql,
                     None,
-                    self.timings.statement_timeout(),
+                    self.timings,
                     None,
                     CancelTls::Unknown,
                     self.statement_mode.unwrap_or_default(),
@@ -373,7 +378,7 @@ impl PostgresStoreBuilder {
             pool,
             sql,
             self.statement_timeout,
-            self.timings.statement_timeout(),
+            self.timings,
             Some(target),
             cancel,
             statement_mode,
@@ -405,7 +410,7 @@ impl PostgresStoreBuilder {
         drop(pool.get().await.map_err(|error| {
             crate::error::connect_error(server, error, pool.timeouts(), setting)
         })?);
-        crate::replication::warn_if_unsafe(&store).await;
+        crate::replication::warn_once(&store).await;
         Ok(store)
     }
 }
@@ -449,7 +454,7 @@ impl PostgresStore {
             pool,
             sql,
             None,
-            Timings::default().statement_timeout(),
+            Timings::default(),
             None,
             CancelTls::Unknown,
             StatementMode::default(),

@@ -160,8 +160,13 @@ impl PostgresStore {
     /// Reads what the store's sessions see of the server's replication:
     /// whether it is a standby, `synchronous_commit`,
     /// `synchronous_standby_names`, and its standbys by `sync_state`. See
-    /// [`ReplicationReport::concerns`] for what a lease needs; the
-    /// `connect` functions log those concerns as warnings.
+    /// [`ReplicationReport::concerns`] for what a lease needs. The store
+    /// logs those concerns as warnings once: when it connects (the
+    /// `connect` functions), or, for a store that did not (built with
+    /// [`build`](crate::PostgresStoreBuilder::build) or
+    /// [`from_pool`](crate::PostgresStore::from_pool), which open no
+    /// connection), at its first [`migrate`](lease_core::LeaseStore::migrate),
+    /// which every application runs as it starts.
     ///
     /// # Errors
     ///
@@ -199,6 +204,19 @@ impl PostgresStore {
 
 /// Logs the store's replication concerns as warnings (and a failed check
 /// at debug level: the check must never keep a store from connecting).
+/// [`warn_if_unsafe`] the first time it is called for `store` (or a clone):
+/// at `connect`, or, for a store that did not connect (`build()`,
+/// `from_pool`), at its first `migrate`.
+pub(crate) async fn warn_once(store: &PostgresStore) {
+    if !store
+        .inner
+        .replication_checked
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        warn_if_unsafe(store).await;
+    }
+}
+
 pub(crate) async fn warn_if_unsafe(store: &PostgresStore) {
     match tokio::time::timeout(CHECK_BOUND, store.replication()).await {
         Ok(Ok(report)) => {

@@ -122,6 +122,10 @@ impl PostgresStore {
     pub async fn migrate(&self) -> Result<(), PostgresError> {
         migrate(&self.inner.pool, &self.inner.sql, self.inner.statement_mode)
             .await
-            .map_err(PostgresError::from_statement)
+            .map_err(PostgresError::from_statement)?;
+        // A store from `build()` or `from_pool` has not connected yet: its
+        // replication is checked here, once.
+        crate::replication::warn_once(self).await;
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
 use lease_core::{
     BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, LeaseInfo,
-    LeaseStore, Token, Unfinished,
+    LeaseStore, Timings, Token, Unfinished,
 };
 use lease_sql::postgres::{self, Statements};
 
@@ -62,6 +62,12 @@ pub(crate) struct Inner {
     /// The client-side bound on a guarded transaction's `COMMIT`: the
     /// coordinator's statement timeout ([`lease_core::Timings`]).
     pub(crate) commit_bound: Duration,
+    /// The timings the server-side bound came from, when it did (see
+    /// [`LeaseStore::timings`]).
+    pub(crate) timings: Option<Timings>,
+    /// Whether the replication check has run (at `connect`, or else at the
+    /// first `migrate`), see the `replication` module.
+    pub(crate) replication_checked: std::sync::atomic::AtomicBool,
     /// Where the store's own connections go, for `Debug`; `None` for a pool
     /// given by the application.
     pub(crate) target: Option<Target>,
@@ -92,17 +98,24 @@ impl PostgresStore {
         pool: Pool,
         sql: Statements,
         statement_timeout: Option<Duration>,
-        commit_bound: Duration,
+        timings: Timings,
         target: Option<Target>,
         cancel: CancelTls,
         statement_mode: StatementMode,
     ) -> Self {
+        let commit_bound = timings.statement_timeout();
+        // The store's bounds are the timings' only when its statement
+        // timeout is theirs (not turned off, not set by hand, not a pool
+        // of the application's).
+        let timings = (statement_timeout == Some(commit_bound)).then_some(timings);
         PostgresStore {
             inner: Arc::new(Inner {
                 pool,
                 sql,
                 statement_timeout,
                 commit_bound,
+                timings,
+                replication_checked: std::sync::atomic::AtomicBool::new(false),
                 target,
                 cancel,
                 statement_mode,
@@ -220,7 +233,12 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), BoxError> {
-        crate::schema::migrate(&self.inner.pool, &self.inner.sql, self.inner.statement_mode).await
+        crate::schema::migrate(&self.inner.pool, &self.inner.sql, self.inner.statement_mode)
+            .await?;
+        // A store from `build()` or `from_pool` has not connected yet: its
+        // replication is checked here, once (as in the inherent `migrate`).
+        crate::replication::warn_once(self).await;
+        Ok(())
     }
 
     fn classify(&self, error: &(dyn std::error::Error + 'static)) -> DbErrorKind {
@@ -229,5 +247,9 @@ impl LeaseStore for PostgresStore {
 
     fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
         Some(Self::guard_statement(self))
+    }
+
+    fn timings(&self) -> Option<Timings> {
+        self.inner.timings
     }
 }

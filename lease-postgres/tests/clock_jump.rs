@@ -58,16 +58,11 @@ struct Trial {
 /// it was.
 async fn trial(url: &str, file: &str, jump_s: i64, watch: Duration) -> Trial {
     set_offset(file, 0);
-    let store = common::store_on_new_table(url).await;
-    let holder = Leases::new(store.clone())
-        .with_timings(timings())
-        .with_instance("holder")
-        .unwrap();
+    // The coordinators take the store's timings.
+    let store = common::store_on_new_table_with(url, &timings()).await;
+    let holder = Leases::new(store.clone()).with_instance("holder").unwrap();
     holder.migrate().await.unwrap();
-    let rival = Leases::new(store.clone())
-        .with_timings(timings())
-        .with_instance("rival")
-        .unwrap();
+    let rival = Leases::new(store.clone()).with_instance("rival").unwrap();
     let handle = holder
         .claim("clock:jump")
         .await

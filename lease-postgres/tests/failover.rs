@@ -179,14 +179,12 @@ async fn a_second_holder_after_failover() {
     let store_a = PostgresStore::builder(&url)
         .unwrap()
         .with_table(TABLE)
+        .with_timings(&timings())
         .with_pool_size(2)
         .connect()
         .await
         .unwrap();
-    let a_leases = Leases::new(store_a)
-        .with_timings(timings())
-        .with_instance("a")
-        .unwrap();
+    let a_leases = Leases::new(store_a).with_instance("a").unwrap();
     a_leases.migrate().await.unwrap();
     wait_for("the table on the standby", Duration::from_secs(10), || {
         let standby = &standby;
@@ -274,13 +272,11 @@ async fn a_second_holder_after_failover() {
     let store_b = PostgresStore::builder(&url)
         .unwrap()
         .with_table(TABLE)
+        .with_timings(&timings())
         .with_pool_size(2)
         .build()
         .unwrap();
-    let b_leases = Leases::new(store_b)
-        .with_timings(timings())
-        .with_instance("b")
-        .unwrap();
+    let b_leases = Leases::new(store_b).with_instance("b").unwrap();
     let a_view = Arc::new(a.clone());
     let promoted = Arc::new(AtomicBool::new(false));
     let b_task = {

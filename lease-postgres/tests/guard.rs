@@ -19,6 +19,11 @@ use tokio::time::{Instant, sleep, timeout};
 
 /// A lease of 800 ms (renew 100 ms, local deadline 500 ms): expiries within
 /// a test's patience. Each call of the coordinator is bounded by 1 s.
+///
+/// The holders take these timings unchecked against the store's bounds
+/// (`with_timings_unchecked`): the store keeps the defaults (a 5 s
+/// statement timeout), so that a rival's claim with the default timings can
+/// wait out a stalled guarded transaction on the same store.
 fn short() -> Timings {
     lease_conformance::fence_timings()
 }
@@ -65,7 +70,7 @@ fn insert(business: &str) -> String {
 async fn a_lost_lease_is_refused_before_any_statement_of_the_work() {
     let Some(url) = common::url() else { return };
     let (store, business) = setup(&url).await;
-    let leases = Leases::new(store.clone()).with_timings(short());
+    let leases = Leases::new(store.clone()).with_timings_unchecked(short());
     let h = leases.claim("job").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
 
@@ -140,7 +145,7 @@ async fn a_stale_transaction_keeps_the_successor_waiting_until_it_ends() {
     let Some(url) = common::url() else { return };
     let (store, business) = setup(&url).await;
     let holder = Leases::new(store.clone())
-        .with_timings(short())
+        .with_timings_unchecked(short())
         .with_instance("stale")
         .unwrap();
     // The default timings: its claim may wait up to 5 s for the fence.
@@ -718,7 +723,7 @@ async fn instant_claims_and_second_claims_wait_for_a_stale_transaction_too() {
     let Some(url) = common::url() else { return };
     let (store, business) = setup(&url).await;
     let holder = Leases::new(store.clone())
-        .with_timings(short())
+        .with_timings_unchecked(short())
         .with_instance("stale")
         .unwrap();
     // The default timings: its claim may wait up to 5 s for the fence.
@@ -849,7 +854,7 @@ async fn a_refused_claim_takes_no_row_lock() {
 async fn a_row_of_another_term_does_not_verify() {
     let Some(url) = common::url() else { return };
     let (store, business) = setup(&url).await;
-    let leases = Leases::new(store.clone()).with_timings(short());
+    let leases = Leases::new(store.clone()).with_timings_unchecked(short());
     let h = leases.claim("job").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
     let client = store.pool().get().await.unwrap();
@@ -895,7 +900,7 @@ async fn a_row_of_another_term_does_not_verify() {
 async fn work_that_fails_or_panics_is_rolled_back() {
     let Some(url) = common::url() else { return };
     let (store, business) = setup(&url).await;
-    let leases = Leases::new(store.clone()).with_timings(short());
+    let leases = Leases::new(store.clone()).with_timings_unchecked(short());
     let h = leases.claim("job").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
     let sql = insert(&business);
@@ -970,7 +975,7 @@ async fn a_connection_a_panicking_work_left_behind_is_not_reused() {
         .connect()
         .await
         .unwrap();
-    let leases = Leases::new(store.clone()).with_timings(short());
+    let leases = Leases::new(store.clone()).with_timings_unchecked(short());
     let h = leases.claim("job").await.unwrap().unwrap();
     let ctx = LeaseContext::new(h.clone(), CancellationToken::new());
     let sql = insert(&business);

@@ -31,9 +31,12 @@ type Stores = network::Pair<PostgresStore>;
 /// The stores for one network scenario (the same for each on PostgreSQL).
 async fn connect(url: &str, _scenario: network::Scenario) -> Stores {
     let table = unique_table();
+    // Both stores' server-side bounds from the scenarios' timings, which
+    // their coordinators use.
     let direct = PostgresStore::builder(url)
         .unwrap()
         .with_table(&table)
+        .with_timings(&network::timings())
         .connect()
         .await
         .expect("connect to LEASE_TEST_POSTGRES_URL");
@@ -41,6 +44,7 @@ async fn connect(url: &str, _scenario: network::Scenario) -> Stores {
     let proxied = PostgresStore::builder(&proxied_url)
         .unwrap()
         .with_table(&table)
+        .with_timings(&network::timings())
         .with_pool_size(2)
         .connect()
         .await

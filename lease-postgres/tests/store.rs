@@ -220,6 +220,15 @@ async fn the_statement_timeout_is_derived_from_the_timings() {
         .await
         .unwrap();
     assert_eq!(server_statement_timeout(&explicit).await, "1500ms");
+    // What each store tells a coordinator its bounds came from (issue 23,
+    // item 9): the timings, unless a bound was set by hand.
+    assert_eq!(
+        LeaseStore::timings(&default),
+        Some(lease_core::Timings::default())
+    );
+    assert_eq!(LeaseStore::timings(&tight), Some(timings));
+    assert_eq!(LeaseStore::timings(&explicit), None);
+    assert_eq!(Leases::new(tight).timings(), &timings);
 }
 
 // ---------------------------------------------------------------- migrate

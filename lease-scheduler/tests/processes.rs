@@ -76,6 +76,7 @@ async fn open(url: &str, table: &str) -> Arc<dyn LeaseStore> {
             lease_postgres::PostgresStore::builder(url)
                 .unwrap()
                 .with_table(table)
+                .with_timings(&timings())
                 .connect()
                 .await
                 .unwrap(),
@@ -85,6 +86,7 @@ async fn open(url: &str, table: &str) -> Arc<dyn LeaseStore> {
             lease_mysql::MySqlStore::builder(url)
                 .unwrap()
                 .with_table(table)
+                .with_timings(&timings())
                 .connect()
                 .await
                 .unwrap(),

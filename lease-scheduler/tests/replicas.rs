@@ -267,6 +267,7 @@ async fn three_replicas_on_postgres() {
         let store = lease_postgres::PostgresStore::builder(&url)
             .unwrap()
             .with_table(&table)
+            .with_timings(&timings())
             .connect()
             .await
             .expect("connect to LEASE_TEST_POSTGRES_URL");
@@ -296,6 +297,7 @@ async fn three_replicas_on_mysql() {
         let store = lease_mysql::MySqlStore::builder(&url)
             .unwrap()
             .with_table(&table)
+            .with_timings(&timings())
             .connect()
             .await
             .expect("connect to LEASE_TEST_MYSQL_URL");

@@ -38,6 +38,8 @@ pub struct SqliteStoreBuilder {
     database: Database,
     table: String,
     busy_timeout: Duration,
+    /// The timings the busy timeout came from (see `with_timings`).
+    timings: Timings,
     synchronous: Synchronous,
     open: OpenMode,
 }
@@ -99,6 +101,7 @@ impl SqliteStoreBuilder {
             database,
             table: DEFAULT_TABLE.to_owned(),
             busy_timeout: Timings::default().statement_timeout(),
+            timings: Timings::default(),
             synchronous: Synchronous::Full,
             open: OpenMode::Create,
         }
@@ -156,6 +159,11 @@ impl SqliteStoreBuilder {
     /// coordinator's wait for it. Without it, the default timings apply
     /// (5 s).
     ///
+    /// A coordinator on the store takes these timings
+    /// ([`Leases::new`](lease_core::Leases::new)), and one given shorter
+    /// timings refuses to claim (see
+    /// [`Leases::with_timings`](lease_core::Leases::with_timings)).
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -173,12 +181,14 @@ impl SqliteStoreBuilder {
     ///     .with_timings(&timings) // busy timeout 2 s
     ///     .connect()
     ///     .await?;
-    /// let leases = Leases::new(store).with_timings(timings);
+    /// let leases = Leases::new(store); // takes the store's timings
+    /// assert_eq!(leases.timings(), &timings);
     /// # leases.migrate().await?;
     /// # Ok(()) }
     /// ```
     pub fn with_timings(mut self, timings: &Timings) -> Self {
         self.busy_timeout = timings.statement_timeout();
+        self.timings = *timings;
         self
     }
 
@@ -300,6 +310,9 @@ impl SqliteStoreBuilder {
             sql: Statements::new(table),
             path,
             busy_timeout: self.busy_timeout,
+            // The busy timeout is the timings' unless set by hand since.
+            timings: (self.busy_timeout == self.timings.statement_timeout())
+                .then_some(self.timings),
         }))
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Token,
-    Unfinished,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Timings,
+    Token, Unfinished,
 };
 use lease_sql::sqlite;
 use rusqlite::InterruptHandle;
@@ -66,6 +66,9 @@ pub(crate) struct Inner {
     /// `None` for an in-memory database.
     pub(crate) path: Option<PathBuf>,
     pub(crate) busy_timeout: Duration,
+    /// The timings the busy timeout came from, when it did (see
+    /// [`LeaseStore::timings`]).
+    pub(crate) timings: Option<Timings>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -266,6 +269,10 @@ impl LeaseStore for SqliteStore {
 
     fn guard_statement(&self) -> Option<lease_core::GuardStatement> {
         Some(Self::guard_statement(self))
+    }
+
+    fn timings(&self) -> Option<Timings> {
+        self.inner.timings
     }
 }
 

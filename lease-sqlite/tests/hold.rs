@@ -47,8 +47,11 @@ async fn fresh() -> (SqliteStore, Leases, Arc<Recording>) {
         inner: store.clone(),
         renewals: Mutex::new(Vec::new()),
     });
+    // Unchecked against the store's busy timeout (the default 5 s): it
+    // bounds waits for other connections' locks, and no other connection
+    // opens this file.
     let leases = Leases::from_arc(recording.clone())
-        .with_timings(timings())
+        .with_timings_unchecked(timings())
         .with_instance("sqlite-hold")
         .unwrap();
     leases.migrate().await.unwrap();
@@ -268,7 +271,7 @@ impl ForwardingStore for Recording {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn back_to_back_transactions_under_half_the_deadline_keep_the_lease() {
     let (store, leases, recording) = fresh().await;
-    let leases = leases.with_timings(
+    let leases = leases.with_timings_unchecked(
         Timings::builder()
             .lease(Duration::from_millis(3_000))
             .renew(Duration::from_millis(100))

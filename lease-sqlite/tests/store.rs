@@ -465,6 +465,21 @@ async fn the_busy_timeout_is_derived_from_the_timings() {
         waited >= Duration::from_millis(900) && waited < Duration::from_millis(4_500),
         "waited {waited:?} for the write lock; the timings' statement timeout is 1 s"
     );
+    // What the store tells a coordinator its bounds came from (issue 23,
+    // item 9): the timings, unless the busy timeout was set by hand.
+    assert_eq!(LeaseStore::timings(&store), Some(timings));
+    assert_eq!(lease_core::Leases::new(store).timings(), &timings);
+    let by_hand = SqliteStoreBuilder::from_path(&path)
+        .with_timings(&timings)
+        .with_busy_timeout(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    assert_eq!(LeaseStore::timings(&by_hand), None);
+    let default = SqliteStoreBuilder::from_path(&path).build().unwrap();
+    assert_eq!(
+        LeaseStore::timings(&default),
+        Some(lease_core::Timings::default())
+    );
 }
 
 /// Another connection holding the write lock past the busy timeout makes a

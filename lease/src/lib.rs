@@ -249,8 +249,8 @@ pub async fn connect_backend(url: &str) -> Result<Backend, ConnectError> {
 
 /// [`connect_backend`], with the store's server-side bounds (statement
 /// timeout, lock wait; see each backend's `with_timings`) derived from
-/// `timings`, the timings the coordinator on it will use:
-/// `Leases::from_arc(backend.store()).with_timings(timings)`.
+/// `timings`, the timings the coordinator on it takes:
+/// [`backend.leases()`](Backend::leases).
 ///
 /// # Errors
 ///
@@ -273,7 +273,8 @@ pub async fn connect_backend_with(url: &str, timings: &Timings) -> Result<Backen
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let timings = dblease::Timings::default();
 /// let backend = dblease::connect_backend_on("sqlite::memory:", "billing_leases", &timings).await?;
-/// let leases = backend.leases().with_timings(timings);
+/// let leases = backend.leases(); // with the store's timings
+/// assert_eq!(leases.timings(), &timings);
 /// leases.migrate().await?; // creates billing_leases
 /// # Ok(()) }
 /// ```
@@ -341,8 +342,9 @@ impl Backend {
         }
     }
 
-    /// A coordinator on this store with the default timings, as
-    /// [`connect`] gives it; it shares the store's pool or connection.
+    /// A coordinator on this store, as [`connect`] gives it, with the
+    /// timings the store was opened with (the defaults, or those given to
+    /// [`connect_backend_with`]); it shares the store's pool or connection.
     #[must_use]
     pub fn leases(&self) -> Leases {
         Leases::from_arc(self.store())
@@ -520,8 +522,9 @@ pub async fn connect(url: &str) -> Result<Leases, ConnectError> {
 /// and the store's server-side bounds are derived from the same timings
 /// (a statement the coordinator gave up on stops on the server too; see
 /// [`Timings::statement_timeout`] and [`Timings::lock_wait_timeout`]).
-/// Prefer it to `connect(url).await?.with_timings(t)`, which leaves the
-/// store's bounds at the defaults'.
+/// `connect(url).await?.with_timings(t)` would leave the store's bounds at
+/// the defaults': a coordinator with timings shorter than those refuses
+/// every claim ([`Error::TimingsOutOfStep`]).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -548,8 +551,7 @@ pub async fn connect(url: &str) -> Result<Leases, ConnectError> {
 ///
 /// Cancel safe.
 pub async fn connect_with(url: &str, timings: Timings) -> Result<Leases, ConnectError> {
-    let backend = connect_backend_with(url, &timings).await?;
-    Ok(Leases::from_arc(backend.store()).with_timings(timings))
+    Ok(connect_backend_with(url, &timings).await?.leases())
 }
 
 /// [`connect`] to the URL in the environment variable `LEASE_DATABASE_URL`.

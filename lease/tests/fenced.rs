@@ -290,8 +290,12 @@ async fn raw_commit(tx: RawTx) {
 /// old handle's guard finds no row afterwards.
 async fn guard_by_hand(url: &str, tag: &str) {
     let lease_table = common::own_table(url);
+    // The store keeps the default bounds: the raw transaction by hand runs
+    // on one of its connections and stays open past the short lease (on
+    // MariaDB the short timings' idle bound would end it). The holder's
+    // short timings are taken unchecked against them.
     let backend = common::backend_on(url, &lease_table.name, &Timings::default()).await;
-    let leases = backend.leases().with_timings(short());
+    let leases = backend.leases().with_timings_unchecked(short());
     leases.migrate().await.unwrap();
     let name = format!("lock:{}", unique(&format!("by_hand_{tag}")));
     let stale = leases
@@ -436,15 +440,20 @@ async fn stalled_write(
 async fn no_stale_commit(url: &str, tag: &str) {
     const TRIALS: usize = 20;
     let lease_table = common::own_table(url);
-    let backend = common::backend_on(url, &lease_table.name, &Timings::default()).await;
+    // The stale holder's store is built with the tests' timings, and its
+    // coordinator takes them. The rival's has the defaults: its claims may
+    // wait up to 5 s for the fence (the stalled transaction's end), room
+    // for a loaded machine.
+    let backend = common::backend_on(url, &lease_table.name, &short()).await;
     let rival = common::backend_on(url, &lease_table.name, &Timings::default()).await;
-    let leases = backend.leases().with_timings(short());
-    let rivals = rival.leases().with_timings(short());
+    let leases = backend.leases();
+    let rivals = rival.leases();
     leases.migrate().await.unwrap();
     let table = unique(&format!("stale_{tag}"));
     let sql = sql_for(&backend, &table);
-    // Setup, reads and cleanup under leases of the default timings.
-    let plain = backend.leases();
+    // Setup, reads and cleanup under leases of the default timings (whose
+    // bounds the store's, shorter, fit).
+    let plain = backend.leases().with_timings(Timings::default());
     let setup = plain
         .claim(&format!("lock:{table}"))
         .await

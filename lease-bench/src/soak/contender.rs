@@ -279,17 +279,17 @@ impl Contender {
 
 /// A contender process: runs until the orchestrator closes its stdin.
 pub(crate) async fn run(instance: &str, run: &str, plant: Plant, url: &str) -> BoxResult<()> {
-    let base = dblease::connect_store(url).await?;
+    // The store's server-side bounds from the soak's timings, which the
+    // coordinators on it take.
+    let base = dblease::connect_backend_with(url, &timings()?)
+        .await?
+        .store();
     let raw = plant.raw_store(base.clone());
     let rec = Arc::new(Recorder::new(instance));
     let recorded = RecordingStore::new(plant.capability_store(base), rec.clone());
     let me = Arc::new(Contender {
-        leases: Leases::from_arc(raw)
-            .with_timings(timings()?)
-            .with_instance(instance)?,
-        recorded: Leases::new(recorded)
-            .with_timings(timings()?)
-            .with_instance(instance)?,
+        leases: Leases::from_arc(raw).with_instance(instance)?,
+        recorded: Leases::new(recorded).with_instance(instance)?,
         rec,
         plant,
         rng: Mutex::new(Rng::seeded()),

@@ -16,7 +16,10 @@ use crate::Ctx;
 /// What a lock's loss to its local deadline adds to a failure's text.
 fn lost_note<T>(e: &LockError<T>) -> String {
     match e {
-        LockError::Lost { cause: LostCause::DeadlineExceeded, .. } => {
+        LockError::Lost {
+            cause: LostCause::DeadlineExceeded,
+            ..
+        } => {
             format!(": {}", crate::deadline_note(&crate::held_timings()))
         }
         _ => String::new(),

@@ -133,7 +133,7 @@ pub async fn hold_steps_down_at_deadline_before_name_is_free(ctx: Ctx) {
     let timings = hold_timings();
     let unreachable = Arc::new(Intercepted::new(ctx.store(), Unreachable::default()));
     let leases = Leases::from_arc(unreachable.clone())
-        .with_timings(timings)
+        .with_timings_unchecked(timings)
         .with_instance("conformance-unreachable-holder")
         .unwrap_or_else(|e| panic!("{e}"));
     let rival = ctx.leases();

@@ -36,9 +36,16 @@ pub fn unique_table() -> String {
 /// unless the URL says otherwise. Drops stale tables of earlier runs, once
 /// per process.
 pub async fn store_on_new_table(url: &str) -> PostgresStore {
+    store_on_new_table_with(url, &lease_core::Timings::default()).await
+}
+
+/// [`store_on_new_table`] with its server-side bounds from `timings`, which
+/// a coordinator on it (`Leases::new`) takes.
+pub async fn store_on_new_table_with(url: &str, timings: &lease_core::Timings) -> PostgresStore {
     let store = PostgresStore::builder(url)
         .unwrap()
         .with_table(unique_table())
+        .with_timings(timings)
         .connect()
         .await
         .expect("connect to LEASE_TEST_POSTGRES_URL");
