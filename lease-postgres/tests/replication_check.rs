@@ -15,7 +15,6 @@ mod common;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use lease_core::LeaseStore;
 use lease_postgres::{PostgresStore, PostgresStoreBuilder};
 
 /// What the store logs, formatted, into a shared buffer.
