@@ -216,6 +216,7 @@ mod hostile {
             .with_max_level(tracing::Level::TRACE)
             .with_writer(logs.clone())
             .finish();
+        lease_testkit::logs::every_callsite_interesting();
         let _guard = tracing::subscriber::set_default(subscriber);
 
         // Renewed, failed, then gone: a warning, and the loss.
@@ -291,6 +292,7 @@ mod hostile {
             .with_max_level(tracing::Level::TRACE)
             .with_writer(logs.clone())
             .finish();
+        lease_testkit::logs::every_callsite_interesting();
         let _guard = tracing::subscriber::set_default(subscriber);
 
         let table = Arc::new(Table::new());

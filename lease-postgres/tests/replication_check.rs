@@ -59,6 +59,7 @@ async fn a_store_that_did_not_connect_checks_the_replication_at_its_first_migrat
         .with_writer(move || writer.clone())
         .finish();
     // The test's runtime is on this thread: every event of the test is seen.
+    lease_testkit::logs::every_callsite_interesting();
     let _default = tracing::subscriber::set_default(subscriber);
 
     let connected = common::store_on_new_table(&url).await;

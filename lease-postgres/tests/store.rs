@@ -115,6 +115,7 @@ async fn the_password_never_appears_in_debug_display_errors_or_logs() {
         ..p
     };
     let recorder = Recorder::default();
+    lease_testkit::logs::every_callsite_interesting();
     let _guard = tracing::subscriber::set_default(recorder.clone());
     let mut shown = String::new();
 

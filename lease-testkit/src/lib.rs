@@ -21,6 +21,7 @@
 pub mod check;
 pub mod history;
 pub mod json;
+pub mod logs;
 pub mod metrics;
 pub mod url;
 

@@ -260,6 +260,7 @@ impl Logs {
     /// tests run on one thread) until the guard is dropped.
     pub fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
         let logs = Logs::default();
+        lease_testkit::logs::every_callsite_interesting();
         let guard = tracing::subscriber::set_default(logs.clone());
         (logs, guard)
     }

@@ -445,6 +445,7 @@ fn a_commit_whose_answer_is_lost_has_an_unknown_outcome() {
         .with_writer(logs.clone())
         .with_ansi(false)
         .finish();
+    lease_testkit::logs::every_callsite_interesting();
     let _guard = tracing::subscriber::set_default(subscriber);
     let rec = recorded(|| async {
         let ctx = context().await;
