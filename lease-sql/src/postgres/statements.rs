@@ -90,7 +90,8 @@ const VERIFY_LOCKED: Template<'_> = Template {
 
 /// How often, in milliseconds, a guarded transaction's statement checks
 /// that its client is still connected (`client_connection_check_interval`,
-/// PostgreSQL 14 and later): the `'500'` of [`VERIFY_LOCKED`].
+/// PostgreSQL 14 and later): the `'500'` of the guarded transaction's
+/// verification, [`Statements::verify_locked`].
 pub const CONNECTION_CHECK_MS: u32 = 500;
 
 /// The guard for other drivers ([`GuardStatement`](lease_core::GuardStatement)):
