@@ -126,6 +126,31 @@ impl lease_sql::mysql::MySqlConn for MyConn<'_> {
         tx.commit().await?;
         Ok(rows.into_iter().map(MyRow).collect())
     }
+
+    /// The rows matched from the OK packet's info (`Rows matched: N`,
+    /// whatever `client_found_rows` says), or the rows affected without one.
+    async fn execute_matched(
+        &mut self,
+        statement: &Statement,
+        args: &Args<'_>,
+    ) -> Result<Done, BoxError> {
+        let done = lease_sql::Conn::execute(self, statement, args).await?;
+        Ok(Done {
+            rows_affected: rows_matched(&self.0.info()).unwrap_or(done.rows_affected),
+            ..done
+        })
+    }
+}
+
+/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
+/// (`Rows matched: 3  Changed: 3  Warnings: 0`); `None` without one.
+fn rows_matched(info: &str) -> Option<u64> {
+    info.split("Rows matched:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl MySqlStore {
