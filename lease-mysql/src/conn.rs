@@ -136,21 +136,11 @@ impl lease_sql::mysql::MySqlConn for MyConn<'_> {
     ) -> Result<Done, BoxError> {
         let done = lease_sql::Conn::execute(self, statement, args).await?;
         Ok(Done {
-            rows_affected: rows_matched(&self.0.info()).unwrap_or(done.rows_affected),
+            rows_affected: lease_sql::mysql::rows_matched(&self.0.info())
+                .unwrap_or(done.rows_affected),
             ..done
         })
     }
-}
-
-/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
-/// (`Rows matched: 3  Changed: 3  Warnings: 0`); `None` without one.
-fn rows_matched(info: &str) -> Option<u64> {
-    info.split("Rows matched:")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 impl MySqlStore {

@@ -174,17 +174,6 @@ impl Raw {
     }
 }
 
-/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
-/// (`Rows matched: 3  Changed: 3  Warnings: 0`); `None` without one.
-pub(crate) fn rows_matched(info: &str) -> Option<usize> {
-    info.split("Rows matched:")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// One hand-written statement on an SQLite connection.
 fn sqlite_exec(conn: &rusqlite::Connection, sql: &str, params: Params) -> rusqlite::Result<usize> {
     let mut stmt = conn.prepare_cached(sql)?;
@@ -258,7 +247,7 @@ impl Raw {
                 // done in one round trip; fewer, and a read says which.
                 let distinct: std::collections::HashSet<&str> =
                     leases.iter().map(|(n, _)| n.as_str()).collect();
-                if rows_matched(&conn.info()) == Some(distinct.len()) {
+                if lease_sql::mysql::rows_matched(&conn.info()) == Some(distinct.len() as u64) {
                     return Ok(distinct.len());
                 }
                 let held: Vec<String> = conn
@@ -624,7 +613,7 @@ impl Target {
                     .await?;
             }
             Guard::Sqlite(store) => {
-                let _ = store
+                store
                     .transaction(ctx, move |tx| {
                         sqlite_work(tx, &sql, id, work).map_err(dblease::BoxError::from)
                     })
@@ -743,22 +732,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(renewed, 2, "a and b by their holder, nothing else");
-    }
-
-    /// The rows matched are read from the OK packet's info, and nothing
-    /// else passes for them.
-    #[test]
-    fn the_rows_matched_come_from_the_ok_packets_info() {
-        assert_eq!(
-            rows_matched("Rows matched: 1000  Changed: 998  Warnings: 0"),
-            Some(1000)
-        );
-        assert_eq!(
-            rows_matched("Rows matched: 0  Changed: 0  Warnings: 0"),
-            Some(0)
-        );
-        assert_eq!(rows_matched(""), None);
-        assert_eq!(rows_matched("Records: 3  Duplicates: 0  Warnings: 0"), None);
     }
 
     /// MySQL binds positionally: the names once, then the pairs, in the

@@ -47,6 +47,28 @@ pub trait MySqlConn: Conn {
     ) -> impl Future<Output = Result<Done, BoxError>> + Send;
 }
 
+/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
+/// (`Rows matched: 3  Changed: 3  Warnings: 0`), whatever
+/// `CLIENT_FOUND_ROWS` says; `None` without one: for a driver's
+/// [`MySqlConn::execute_matched`].
+///
+/// ```
+/// use lease_sql::mysql::rows_matched;
+///
+/// assert_eq!(rows_matched("Rows matched: 1000  Changed: 998  Warnings: 0"), Some(1000));
+/// assert_eq!(rows_matched("Records: 3  Duplicates: 0  Warnings: 0"), None);
+/// assert_eq!(rows_matched(""), None);
+/// ```
+#[must_use]
+pub fn rows_matched(info: &str) -> Option<u64> {
+    info.split("Rows matched:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Whether `error` is InnoDB's deadlock: the victim's statement was rolled
 /// back whole, so it may run again.
 fn deadlock<C: MySqlConn>(error: &BoxError) -> bool {
@@ -559,33 +581,22 @@ mod tests {
             let flow = renew_many(conn, &sql, leases, 1_000);
             at_once(flow).unwrap()
         };
-        let mut all = Scripted {
-            matched: 2,
-            now: 500,
-            held: Vec::new(),
+        let scripted = |matched, now, held| Scripted {
+            matched,
+            now,
+            held,
             updates: 0,
             reads: 0,
         };
+        let mut all = scripted(2, 500, Vec::new());
         assert_eq!(run(&mut all, &batch), [Some(500); 3]);
         assert_eq!((all.updates, all.reads), (1, 0));
 
-        let mut some = Scripted {
-            matched: 1,
-            now: 500,
-            held: vec![("b", "x")],
-            updates: 0,
-            reads: 0,
-        };
+        let mut some = scripted(1, 500, vec![("b", "x")]);
         assert_eq!(run(&mut some, &batch), [None, Some(500), None]);
         assert_eq!((some.updates, some.reads), (1, 1));
 
-        let mut none = Scripted {
-            matched: 0,
-            now: 0,
-            held: vec![("a", "x")],
-            updates: 0,
-            reads: 0,
-        };
+        let mut none = scripted(0, 0, vec![("a", "x")]);
         assert_eq!(run(&mut none, &batch), [None; 3]);
         assert_eq!((none.updates, none.reads), (1, 0));
     }
