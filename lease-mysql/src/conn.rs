@@ -126,6 +126,21 @@ impl lease_sql::mysql::MySqlConn for MyConn<'_> {
         tx.commit().await?;
         Ok(rows.into_iter().map(MyRow).collect())
     }
+
+    /// The rows matched from the OK packet's info (`Rows matched: N`,
+    /// whatever `client_found_rows` says), or the rows affected without one.
+    async fn execute_matched(
+        &mut self,
+        statement: &Statement,
+        args: &Args<'_>,
+    ) -> Result<Done, BoxError> {
+        let done = lease_sql::Conn::execute(self, statement, args).await?;
+        Ok(Done {
+            rows_affected: lease_sql::mysql::rows_matched(&self.0.info())
+                .unwrap_or(done.rows_affected),
+            ..done
+        })
+    }
 }
 
 impl MySqlStore {

@@ -285,6 +285,14 @@ impl mysql::MySqlConn for Recorder<'_, '_> {
         self.record(read, read_args);
         std::future::ready(Ok(self.answer()))
     }
+
+    fn execute_matched(
+        &mut self,
+        statement: &Statement,
+        args: &Args<'_>,
+    ) -> impl Future<Output = Result<Done, BoxError>> + Send {
+        self.execute(statement, args)
+    }
 }
 
 impl sqlite::SqliteConn for Recorder<'_, '_> {

@@ -380,6 +380,16 @@ impl lease_sql::mysql::MySqlConn for SqlxConn<'_, sqlx::MySql> {
         tx.commit().await?;
         Ok(rows)
     }
+
+    /// sqlx connects with `CLIENT_FOUND_ROWS`: an `UPDATE`'s rows affected
+    /// are the rows it matched.
+    async fn execute_matched(
+        &mut self,
+        statement: &Statement,
+        args: &Args<'_>,
+    ) -> Result<Done, BoxError> {
+        lease_sql::Conn::execute(self, statement, args).await
+    }
 }
 
 #[cfg(feature = "sqlite")]

@@ -222,6 +222,7 @@ pub(crate) fn sort_rows(rows: &mut [Row]) {
             "contended claim",
             "instant claim + finish",
             "guarded transaction",
+            super::ops::GUARDED_READ,
             "lock try_run",
             "renew_many",
             "leader hand-over",

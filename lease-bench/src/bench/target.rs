@@ -174,17 +174,6 @@ impl Raw {
     }
 }
 
-/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
-/// (`Rows matched: 3  Changed: 3  Warnings: 0`); `None` without one.
-pub(crate) fn rows_matched(info: &str) -> Option<usize> {
-    info.split("Rows matched:")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// One hand-written statement on an SQLite connection.
 fn sqlite_exec(conn: &rusqlite::Connection, sql: &str, params: Params) -> rusqlite::Result<usize> {
     let mut stmt = conn.prepare_cached(sql)?;
@@ -258,7 +247,7 @@ impl Raw {
                 // done in one round trip; fewer, and a read says which.
                 let distinct: std::collections::HashSet<&str> =
                     leases.iter().map(|(n, _)| n.as_str()).collect();
-                if rows_matched(&conn.info()) == Some(distinct.len()) {
+                if lease_sql::mysql::rows_matched(&conn.info()) == Some(distinct.len() as u64) {
                     return Ok(distinct.len());
                 }
                 let held: Vec<String> = conn
@@ -314,15 +303,43 @@ pub(crate) struct Target {
 /// (SQLite), explained under the table.
 pub(crate) const PER_WORKER: &str = " ⁵";
 
-/// `BEGIN IMMEDIATE`, one `UPDATE` of counter `id`, `COMMIT`: as the store's
-/// guarded transaction begins (the write lock first).
-fn sqlite_update_immediate(
+/// What a guarded transaction's work does to its worker's counter: write
+/// it (an `UPDATE`), or only read it (a `SELECT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    Write,
+    Read,
+}
+
+/// The work's one statement on counter `id`, in `tx`.
+fn sqlite_work(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    id: i32,
+    work: Work,
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(sql)?;
+    match work {
+        Work::Write => stmt.execute([id]).map(drop),
+        Work::Read => stmt.query_row([id], |row| row.get::<_, i64>(0)).map(drop),
+    }
+}
+
+/// The unguarded transaction of `work` on counter `id`: a write begins
+/// `IMMEDIATE`, as the store's guarded transaction does (the write lock
+/// first); a read is a deferred transaction, which takes no write lock.
+fn sqlite_unguarded(
     conn: &mut rusqlite::Connection,
     sql: &str,
     id: i32,
+    work: Work,
 ) -> rusqlite::Result<()> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let _ = tx.prepare_cached(sql)?.execute([id])?;
+    let behavior = match work {
+        Work::Write => rusqlite::TransactionBehavior::Immediate,
+        Work::Read => rusqlite::TransactionBehavior::Deferred,
+    };
+    let tx = conn.transaction_with_behavior(behavior)?;
+    sqlite_work(&tx, sql, id, work)?;
     tx.commit()
 }
 
@@ -342,6 +359,7 @@ pub(crate) struct Sql {
     pub(crate) instant_claim: String,
     pub(crate) finish: String,
     pub(crate) update_counter: String,
+    pub(crate) read_counter: String,
 }
 
 impl Sql {
@@ -381,6 +399,7 @@ impl Sql {
                  WHERE name = {t1} AND holder = {t2}"
             ),
             update_counter: format!("UPDATE {COUNTERS} SET n = n + 1 WHERE id = {}", p(1, "int")),
+            read_counter: format!("SELECT n FROM {COUNTERS} WHERE id = {}", p(1, "int")),
         }
     }
 }
@@ -548,22 +567,34 @@ impl Target {
         Ok(())
     }
 
-    pub(crate) async fn guarded_update(&self, ctx: &LeaseContext, w: usize) -> BoxResult<()> {
+    /// The statement of a guarded transaction's `work`, on worker `w`'s
+    /// counter.
+    fn work_sql(&self, work: Work) -> String {
+        match work {
+            Work::Write => self.sql.update_counter.clone(),
+            Work::Read => self.sql.read_counter.clone(),
+        }
+    }
+
+    /// A guarded transaction whose work is `work` on worker `w`'s counter.
+    pub(crate) async fn guarded(&self, ctx: &LeaseContext, w: usize, work: Work) -> BoxResult<()> {
         let id = i32::try_from(w)?;
-        let sql = self.sql.update_counter.clone();
+        let sql = self.work_sql(work);
         match &self.guard {
             Guard::Postgres(store) => {
-                // The work's UPDATE sent as the floor sends it: prepared once
-                // per connection, or unnamed behind PgBouncer.
+                // The work's statement sent as the floor sends it: prepared
+                // once per connection, or unnamed behind PgBouncer.
                 let unnamed = matches!(self.raw, Raw::Postgres(_, true));
                 let _ = store
                     .transaction(ctx, move |tx| {
                         Box::pin(async move {
                             if unnamed {
-                                tx.execute_typed(sql.as_str(), &[(&id, Type::INT4)]).await
+                                tx.query_typed(sql.as_str(), &[(&id, Type::INT4)])
+                                    .await
+                                    .map(|rows| rows.len())
                             } else {
                                 let stmt = tx.prepare_cached(sql.as_str()).await?;
-                                tx.execute(&stmt, &[&id]).await
+                                tx.query(&stmt, &[&id]).await.map(|rows| rows.len())
                             }
                         })
                     })
@@ -582,11 +613,9 @@ impl Target {
                     .await?;
             }
             Guard::Sqlite(store) => {
-                let _ = store
+                store
                     .transaction(ctx, move |tx| {
-                        tx.prepare_cached(&sql)?
-                            .execute([id])
-                            .map_err(dblease::BoxError::from)
+                        sqlite_work(tx, &sql, id, work).map_err(dblease::BoxError::from)
                     })
                     .await
                     .map_err(|e| e.to_string())?;
@@ -597,19 +626,18 @@ impl Target {
 
     /// The guarded transaction's floor: the same transaction unguarded,
     /// for worker `w` on the floor `raw`.
-    pub(crate) async fn unguarded_update(&self, raw: &Raw, w: usize) -> BoxResult<()> {
+    pub(crate) async fn unguarded(&self, raw: &Raw, w: usize, work: Work) -> BoxResult<()> {
         let id = i32::try_from(w)?;
+        let sql = self.work_sql(work);
         match raw {
             Raw::Postgres(pool, unnamed) => {
                 let mut client = pool.get().await?;
                 let tx = client.transaction().await?;
                 if *unnamed {
-                    let _ = tx
-                        .execute_typed(&self.sql.update_counter, &[(&id, Type::INT4)])
-                        .await?;
+                    let _ = tx.query_typed(&sql, &[(&id, Type::INT4)]).await?;
                 } else {
-                    let stmt = tx.prepare_cached(&self.sql.update_counter).await?;
-                    let _ = tx.execute(&stmt, &[&id]).await?;
+                    let stmt = tx.prepare_cached(&sql).await?;
+                    let _ = tx.query(&stmt, &[&id]).await?;
                 }
                 tx.commit().await?;
             }
@@ -618,31 +646,26 @@ impl Target {
                 let mut tx = conn
                     .start_transaction(mysql_async::TxOpts::default())
                     .await?;
-                tx.exec_drop(self.sql.update_counter.as_str(), (id,))
-                    .await?;
+                tx.exec_drop(sql.as_str(), (id,)).await?;
                 tx.commit().await?;
             }
             Raw::Sqlite(conn) => {
-                // As the store's transaction: BEGIN IMMEDIATE (the write
-                // lock first), the UPDATE, COMMIT.
                 let conn = conn.clone();
-                let sql = self.sql.update_counter.clone();
                 tokio::task::spawn_blocking(move || -> rusqlite::Result<()> {
                     let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                    sqlite_update_immediate(&mut conn, &sql, id)
+                    sqlite_unguarded(&mut conn, &sql, id, work)
                 })
                 .await??;
             }
             Raw::SqlitePool(conns) => {
                 let conns = conns.clone();
-                let sql = self.sql.update_counter.clone();
                 tokio::task::spawn_blocking(move || -> rusqlite::Result<()> {
                     let mut conn = conns
                         .get(w % conns.len().max(1))
                         .ok_or(rusqlite::Error::InvalidQuery)?
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
-                    sqlite_update_immediate(&mut conn, &sql, id)
+                    sqlite_unguarded(&mut conn, &sql, id, work)
                 })
                 .await??;
             }
@@ -709,22 +732,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(renewed, 2, "a and b by their holder, nothing else");
-    }
-
-    /// The rows matched are read from the OK packet's info, and nothing
-    /// else passes for them.
-    #[test]
-    fn the_rows_matched_come_from_the_ok_packets_info() {
-        assert_eq!(
-            rows_matched("Rows matched: 1000  Changed: 998  Warnings: 0"),
-            Some(1000)
-        );
-        assert_eq!(
-            rows_matched("Rows matched: 0  Changed: 0  Warnings: 0"),
-            Some(0)
-        );
-        assert_eq!(rows_matched(""), None);
-        assert_eq!(rows_matched("Records: 3  Duplicates: 0  Warnings: 0"), None);
     }
 
     /// MySQL binds positionally: the names once, then the pairs, in the

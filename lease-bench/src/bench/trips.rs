@@ -9,11 +9,12 @@ use dblease::sqlite::Synchronous;
 use dblease::{CancellationToken, LeaseContext};
 use lease_conformance::proxy::Proxy;
 
+use super::ops::GUARDED_READ;
 use super::ops::{
     claim_many, hand_claim_release, hand_contended, hand_instant, hand_renew, lease_claim_release,
     lease_contended, lease_instant,
 };
-use super::target::Target;
+use super::target::{Target, Work};
 use super::{BoxError, BoxResult};
 use crate::url::{Backend, host_port, through};
 use crate::wire::{Observer, RoundTrips};
@@ -145,10 +146,13 @@ async fn count_all(t: &Arc<Target>, count: &RoundTrips, batch: usize) -> BoxResu
 
     let h = t.leases.claim("bench:guard:0").await?.ok_or("refused")?;
     let ctx = LeaseContext::new(h, CancellationToken::new());
-    let lease = once(count, || t.guarded_update(&ctx, 0)).await?;
-    let hand = once(count, || t.unguarded_update(raw, 0)).await?;
-    ctx.handle().release().await?;
+    let lease = once(count, || t.guarded(&ctx, 0, Work::Write)).await?;
+    let hand = once(count, || t.unguarded(raw, 0, Work::Write)).await?;
     by_op.push(("guarded transaction", (lease, hand)));
+    let lease = once(count, || t.guarded(&ctx, 0, Work::Read)).await?;
+    let hand = once(count, || t.unguarded(raw, 0, Work::Read)).await?;
+    ctx.handle().release().await?;
+    by_op.push((GUARDED_READ, (lease, hand)));
 
     let lock = t.leases.lock("bench:trips:lock");
     let lease = once(count, || async {
@@ -213,7 +217,8 @@ mod tests {
 
     /// On a real server, the floors' round trips come out as written by
     /// hand: a claim and a release two, a renewal one, the unguarded
-    /// transaction three (BEGIN, the update, COMMIT), the batch one; and
+    /// transactions three (BEGIN, the update or the read, COMMIT), the
+    /// batch one; and
     /// each operation of the lease at least one. Skipped without
     /// `LEASE_TEST_POSTGRES_URL` / `LEASE_TEST_MYSQL_URL` (it uses the
     /// bench's own table, `lease_bench`).
@@ -231,6 +236,7 @@ mod tests {
             assert_eq!(hand("contended claim"), Some(1), "{var}: {trips:?}");
             assert_eq!(hand("instant claim + finish"), Some(2), "{var}: {trips:?}");
             assert_eq!(hand("guarded transaction"), Some(3), "{var}: {trips:?}");
+            assert_eq!(hand(GUARDED_READ), Some(3), "{var}: {trips:?}");
             assert_eq!(hand("renew_many"), Some(1), "{var}: {trips:?}");
             assert!(
                 trips.by_op.iter().all(|(_, (lease, _))| *lease >= 1),

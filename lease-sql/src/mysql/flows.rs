@@ -2,6 +2,7 @@
 //! writes, the batch renewal's transaction, the deadlock retries, and the
 //! decoding of MySQL's rows.
 
+use std::collections::HashSet;
 use std::future::Future;
 
 use lease_core::{
@@ -31,6 +32,41 @@ pub trait MySqlConn: Conn {
         write: (&Statement, &Args<'_>),
         read: (&Statement, &Args<'_>),
     ) -> impl Future<Output = Result<Vec<Self::Row>, BoxError>> + Send;
+
+    /// Runs `statement`, an `UPDATE`, on its own (autocommit), and answers
+    /// its reply with `rows_affected` the rows it **matched**, changed or
+    /// not, whatever the connection's `CLIENT_FOUND_ROWS` setting (from
+    /// the OK packet's info, `Rows matched: N`, when the driver has it; a
+    /// driver that cannot tell may answer the rows changed, fewer, which
+    /// costs the batch renewal its read but never a wrong answer), and its
+    /// `last_insert_id`.
+    fn execute_matched(
+        &mut self,
+        statement: &Statement,
+        args: &Args<'_>,
+    ) -> impl Future<Output = Result<Done, BoxError>> + Send;
+}
+
+/// The rows an `UPDATE` matched, from the info of MySQL's OK packet
+/// (`Rows matched: 3  Changed: 3  Warnings: 0`), whatever
+/// `CLIENT_FOUND_ROWS` says; `None` without one: for a driver's
+/// [`MySqlConn::execute_matched`].
+///
+/// ```
+/// use lease_sql::mysql::rows_matched;
+///
+/// assert_eq!(rows_matched("Rows matched: 1000  Changed: 998  Warnings: 0"), Some(1000));
+/// assert_eq!(rows_matched("Records: 3  Duplicates: 0  Warnings: 0"), None);
+/// assert_eq!(rows_matched(""), None);
+/// ```
+#[must_use]
+pub fn rows_matched(info: &str) -> Option<u64> {
+    info.split("Rows matched:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Whether `error` is InnoDB's deadlock: the victim's statement was rolled
@@ -118,15 +154,18 @@ pub async fn renew<C: MySqlConn>(
     Ok(now.map(i64::try_from).transpose()?)
 }
 
-/// [`LeaseStore::renew_many`](lease_core::LeaseStore::renew_many): the
-/// renewals of each [`MAX_RENEWALS_PER_BATCH`] leases in one transaction:
-/// one `UPDATE` of every row still held, then one read of which are held
-/// now. Within the transaction the rows the update renewed stay locked, so
-/// the read sees exactly them: a row of one of these holders that the
-/// update did not renew had expired, and only its holder (this batch) could
-/// have extended it. A row the update renewed reads as not held only when
-/// the read came more than the lease after the update, and it has then
-/// expired indeed.
+/// [`LeaseStore::renew_many`](lease_core::LeaseStore::renew_many): for each
+/// [`MAX_RENEWALS_PER_BATCH`] leases, one `UPDATE` of every row still held
+/// (one round trip), whose reply says how many rows it matched and, in its
+/// `last_insert_id`, the database's now. When it matched one row per
+/// distinct (name, token) pair of the batch, every lease was renewed, at
+/// that now. When it matched fewer, a read says which of the pairs hold
+/// their row now: a row that one of these holders holds and the update
+/// did not renew had expired, and only its holder (this batch) could have
+/// extended it, so the rows read as held are exactly the ones the update
+/// renewed (a renewed row reads as not held only when it was released
+/// since, or the read came more than the lease after the update, and it
+/// has expired indeed). Each renewed lease is reported at the update's now.
 ///
 /// # Errors
 ///
@@ -147,12 +186,9 @@ pub async fn renew_many<C: MySqlConn>(
         let update_args = read_args.lease_ms(lease_ms);
         let (update, read) = sql.renew_many(slots);
         let mut tries = 0;
-        let rows = loop {
-            match conn
-                .write_then_read((&update, &update_args), (&read, &read_args))
-                .await
-            {
-                Ok(rows) => break rows,
+        let done = loop {
+            match conn.execute_matched(&update, &update_args).await {
+                Ok(done) => break done,
                 Err(e) if deadlock::<C>(&e) && tries < DEADLOCK_RETRIES => {
                     tries += 1;
                     tracing::debug!(tries, "deadlock victim: trying the batch again");
@@ -160,7 +196,23 @@ pub async fn renew_many<C: MySqlConn>(
                 Err(e) => return Err(e),
             }
         };
-        held.extend(common::renewed(chunk, &rows, binary_text)?);
+        // `LAST_INSERT_ID(now)` runs for each row matched: 0, none was.
+        if done.last_insert_id == 0 {
+            held.extend(chunk.iter().map(|_| None));
+            continue;
+        }
+        let now = i64::try_from(done.last_insert_id)?;
+        let pairs: HashSet<(&str, &str)> = chunk
+            .iter()
+            .map(|(name, token)| (*name, token.expose()))
+            .collect();
+        if done.rows_affected == pairs.len() as u64 {
+            held.extend(chunk.iter().map(|_| Some(now)));
+            continue;
+        }
+        let rows = conn.rows(&read, &read_args).await?;
+        let found = common::renewed(chunk, &rows, binary_text)?;
+        held.extend(found.into_iter().map(|row| row.map(|_| now)));
     }
     Ok(held)
 }
@@ -444,5 +496,119 @@ mod tests {
             Found::Incompatible(_)
         ));
         assert_eq!(judge_triggers(&[]), Found::Usable);
+    }
+
+    /// A row of the batch renewal's read: name, holder (binary), now.
+    struct Read(&'static str, &'static str, i64);
+
+    impl Row for Read {
+        fn int(&self, _: usize) -> Result<i64, BoxError> {
+            Ok(self.2)
+        }
+
+        fn nullable_int(&self, _: usize) -> Result<Option<i64>, BoxError> {
+            Ok(Some(self.2))
+        }
+
+        fn flag(&self, _: usize) -> Result<bool, BoxError> {
+            Ok(true)
+        }
+
+        fn text(&self, i: usize) -> Result<String, BoxError> {
+            Ok(if i == 0 { self.0 } else { self.1 }.to_owned())
+        }
+    }
+
+    /// A connection whose update matches `matched` rows at `now` (0: none
+    /// matched), and whose read answers `held`; it counts what it is sent.
+    struct Scripted {
+        matched: u64,
+        now: u64,
+        held: Vec<(&'static str, &'static str)>,
+        updates: usize,
+        reads: usize,
+    }
+
+    impl Conn for Scripted {
+        type Row = Read;
+
+        async fn rows(&mut self, _: &Statement, _: &Args<'_>) -> Result<Vec<Read>, BoxError> {
+            self.reads += 1;
+            // The read's own now is later than the update's.
+            Ok(self.held.iter().map(|(n, h)| Read(n, h, 999)).collect())
+        }
+
+        async fn execute(&mut self, _: &Statement, _: &Args<'_>) -> Result<Done, BoxError> {
+            Err("the batch renewal's update goes through execute_matched".into())
+        }
+    }
+
+    impl MySqlConn for Scripted {
+        fn error_number(_: &(dyn std::error::Error + 'static)) -> Option<u16> {
+            None
+        }
+
+        async fn write_then_read(
+            &mut self,
+            _: (&Statement, &Args<'_>),
+            _: (&Statement, &Args<'_>),
+        ) -> Result<Vec<Read>, BoxError> {
+            Err("the batch renewal runs no transaction".into())
+        }
+
+        async fn execute_matched(&mut self, _: &Statement, _: &Args<'_>) -> Result<Done, BoxError> {
+            self.updates += 1;
+            Ok(Done {
+                rows_affected: self.matched,
+                last_insert_id: self.now,
+            })
+        }
+    }
+
+    /// The batch renewal is the update alone when it matched a row per
+    /// pair (a pair given twice counts once), the update and the read when
+    /// it matched fewer (each lease read as held renewed at the update's
+    /// now, not the read's), and the update alone when it matched none.
+    #[test]
+    fn a_batch_renewal_reads_only_when_the_update_matched_fewer_than_its_pairs() {
+        let sql = Statements::new(super::super::default_table());
+        let batch = [
+            ("a", Token::new("x")),
+            ("b", Token::new("x")),
+            ("a", Token::new("x")),
+        ];
+        let run = |conn: &mut Scripted, leases: &[(&str, Token<'_>)]| {
+            let flow = renew_many(conn, &sql, leases, 1_000);
+            at_once(flow).unwrap()
+        };
+        let scripted = |matched, now, held| Scripted {
+            matched,
+            now,
+            held,
+            updates: 0,
+            reads: 0,
+        };
+        let mut all = scripted(2, 500, Vec::new());
+        assert_eq!(run(&mut all, &batch), [Some(500); 3]);
+        assert_eq!((all.updates, all.reads), (1, 0));
+
+        let mut some = scripted(1, 500, vec![("b", "x")]);
+        assert_eq!(run(&mut some, &batch), [None, Some(500), None]);
+        assert_eq!((some.updates, some.reads), (1, 1));
+
+        let mut none = scripted(0, 0, vec![("a", "x")]);
+        assert_eq!(run(&mut none, &batch), [None; 3]);
+        assert_eq!((none.updates, none.reads), (1, 0));
+    }
+
+    /// Polls `future` to its end on this thread: the scripted connection
+    /// answers at once, so it completes on its first poll.
+    fn at_once<F: Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => panic!("the scripted flow waited"),
+        }
     }
 }

@@ -27,7 +27,9 @@
 //! missing row, an insert that does nothing when a rival inserted first
 //! (the row is then read again, [`CLAIM_ROUNDS`] times at most). The
 //! instant claim reads the row, then inserts the name or takes the row
-//! over. A batch renewal is a transaction of an update and a read. A write
+//! over. A batch renewal is one update, its reply saying how many rows it
+//! matched and the database's now; only when it matched fewer than the
+//! batch has leases does a read say which are held. A write
 //! InnoDB picks as a deadlock victim (its statement rolled back whole) is
 //! tried again, [`DEADLOCK_RETRIES`] times.
 

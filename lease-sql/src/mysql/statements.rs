@@ -377,10 +377,13 @@ impl Statements {
     }
 
     /// The batch renewal of `slots` leases, and the read of which are held
-    /// after it, to run in one transaction: the lease length first in the
-    /// update, then `slots` names (so the primary key bounds the rows
-    /// touched), then `slots` (name, token) pairs; the read binds the names
-    /// and the pairs, and returns `name, holder, now` (binary).
+    /// after it, for when the update matched fewer rows than the batch has
+    /// leases: the lease length first in the update, then `slots` names (so
+    /// the primary key bounds the rows touched), then `slots` (name, token)
+    /// pairs; the update's `last_insert_id` is the database's now when a row
+    /// matched (`LAST_INSERT_ID(now)`, as the single renewal). The read
+    /// binds the names and the pairs, and returns `name, holder, now`
+    /// (binary).
     #[must_use]
     pub fn renew_many(&self, slots: usize) -> (Statement, Statement) {
         let mut filter = String::with_capacity(40 * slots);
@@ -399,7 +402,9 @@ impl Statements {
             filter.push_str(&format!("(:name[{i}], :token[{i}])"));
         }
         filter.push_str(") AND expires_at_ms > {now}");
-        let update = format!("UPDATE {{table}} SET expires_at_ms = {{now}} + :lease_ms{filter}");
+        let update = format!(
+            "UPDATE {{table}} SET expires_at_ms = LAST_INSERT_ID({{now}}) + :lease_ms{filter}"
+        );
         let read = format!("SELECT name, holder, {{now}} FROM {{table}}{filter}");
         let r = |sql: &str| render(&Template { sql, params: &[] }, &self.table);
         (r(&update), r(&read))
