@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use history::{Outcome, Rec, wall_ms};
+use history::{FinishRecorder, Outcome, Rec, job_of, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
 use lease_scheduler::{Job, Round, Scheduler};
 
@@ -125,7 +125,13 @@ fn replica_process() {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let store = open(&url, &table).await;
+        let recorded = file.clone();
+        let store = FinishRecorder::wrap(
+            open(&url, &table).await,
+            Arc::new(move |name, instant| {
+                log(&recorded, &format!("finished {} {instant}", job_of(name)));
+            }),
+        );
         let leases = Leases::from_arc(store)
             .with_timings(timings())
             .with_instance(replica.clone())
@@ -214,6 +220,7 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
                 start_ms: f[5].parse().unwrap(),
                 end_ms: None,
                 outcome: Outcome::Running,
+                finished: false,
             }),
             ("end", 5) => {
                 let (job, instant): (usize, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
@@ -229,6 +236,17 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
                     Outcome::CutShort
                 };
                 rec.end_ms = Some(f[4].parse().unwrap());
+            }
+            ("finished", 3) => {
+                let (job, instant): (usize, i64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+                if let Some(rec) = log
+                    .recs
+                    .iter_mut()
+                    .rev()
+                    .find(|r| r.job == job && r.instant == instant)
+                {
+                    rec.finished = true;
+                }
             }
             // A line cut by the kill, or still being written.
             _ => {}

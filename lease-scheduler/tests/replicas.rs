@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use history::{JOBS, Outcome, Rec, wall_ms};
+use history::{FinishRecorder, JOBS, Outcome, Rec, job_of, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
 use lease_scheduler::{Job, Round, Scheduler};
 use tokio::time::{Instant, sleep};
@@ -118,6 +118,7 @@ fn job(prefix: &str, i: usize, replica: &'static str, history: &Arc<History>) ->
                     start_ms: wall_ms(),
                     end_ms: None,
                     outcome: Outcome::Running,
+                    finished: false,
                 });
                 recs.len() - 1
             };
@@ -153,6 +154,21 @@ fn replica(
     prefix: &str,
     history: &Arc<History>,
 ) -> Replica {
+    let recorded = history.clone();
+    let store = FinishRecorder::wrap(
+        store,
+        Arc::new(move |job, instant| {
+            let job = job_of(job);
+            let mut recs = recorded.recs.lock().unwrap();
+            if let Some(rec) = recs
+                .iter_mut()
+                .rev()
+                .find(|r| r.replica == name && r.job == job && r.instant == instant)
+            {
+                rec.finished = true;
+            }
+        }),
+    );
     let leases = Leases::from_arc(store)
         .with_timings(timings())
         .with_instance(name)

@@ -9,7 +9,11 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use lease_core::{BoxError, FinishRequest, Finished, ForwardingStore, LeaseStore, async_trait};
 
 use lease_testkit::check::{End, Tenure, TenureId, Violation, instants};
 use lease_testkit::history::StopCause;
@@ -47,6 +51,59 @@ pub struct Rec {
     pub start_ms: i64,
     pub end_ms: Option<i64>,
     pub outcome: Outcome,
+    /// Whether the round's end is recorded in the lease's row (its
+    /// `finish` answered that it was). A round that ran to its end may
+    /// still not be: its process killed, or its finish failed, between the
+    /// work's end and the record. Then a rerun is allowed, not required.
+    pub finished: bool,
+}
+
+/// What [`FinishRecorder`] calls with a job's name and the instant whose
+/// end the store recorded.
+pub type OnFinish = Arc<dyn Fn(&str, i64) + Send + Sync>;
+
+/// A store that tells, for each round, whether its end was recorded: a
+/// round whose work ran to its end is finished only once its `finish`
+/// answers so. Between the two, a kill (or a finish that fails under load)
+/// leaves the round unfinished, and its rerun is then the scheduler's
+/// promise, not a second run.
+pub struct FinishRecorder {
+    inner: Arc<dyn LeaseStore>,
+    on_finish: OnFinish,
+}
+
+impl FinishRecorder {
+    pub fn wrap(inner: Arc<dyn LeaseStore>, on_finish: OnFinish) -> Arc<dyn LeaseStore> {
+        Arc::new(Self { inner, on_finish })
+    }
+}
+
+impl fmt::Debug for FinishRecorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FinishRecorder")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ForwardingStore for FinishRecorder {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
+    }
+
+    async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
+        let out = self.inner.finish(finish).await;
+        if matches!(out, Ok(Finished::Released | Finished::RecordedWithoutLease)) {
+            (self.on_finish)(finish.name, finish.instant_ms);
+        }
+        out
+    }
+}
+
+/// The job number of a job named `<prefix>-<number>`.
+pub fn job_of(name: &str) -> usize {
+    name.rsplit_once('-').unwrap().1.parse().unwrap()
 }
 
 /// This machine's wall clock in ms.
@@ -76,9 +133,9 @@ fn summary(recs: &[Rec], job: usize) -> Vec<String> {
         .collect()
 }
 
-/// The rounds of `job` as the soak's checker sees tenures: a round that ran
-/// to its end counts as finished (these tests inject no fault between a
-/// round's end and its record), one cut short or dropped as not.
+/// The rounds of `job` as the soak's checker sees tenures: a round counts as
+/// finished when its end was recorded ([`Rec::finished`]), one cut short or
+/// dropped as not.
 fn tenures(recs: &[Rec], job: usize) -> Vec<Tenure> {
     recs.iter()
         .filter(|r| r.job == job)
@@ -101,7 +158,7 @@ fn tenures(recs: &[Rec], job: usize) -> Vec<Tenure> {
                 Outcome::Dropped => End::Killed,
                 Outcome::Running => End::Open,
             },
-            finished: r.outcome == Outcome::Ran,
+            finished: r.finished,
         })
         .collect()
 }
@@ -266,7 +323,7 @@ pub fn planted_bugs_are_caught(
     };
     let ran: Vec<&Rec> = good
         .iter()
-        .filter(|r| r.outcome == Outcome::Ran && !r.rerun)
+        .filter(|r| r.outcome == Outcome::Ran && r.finished && !r.rerun)
         .collect();
     let victim = (*ran.last().expect("a round that ran")).clone();
     // An instant run twice though its first round ran to its end.
