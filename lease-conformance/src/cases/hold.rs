@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{BoxError, EndCause, Leases, LostCause, Op, Timings, Token};
+use lease_core::{
+    BoxError, EndCause, ForwardingStore, LeaseStore, Leases, LostCause, Op, Timings, Token,
+};
+use tokio::sync::RwLock;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
@@ -75,12 +78,56 @@ pub async fn hold_keeps_name_well_past_lease_duration(ctx: Ctx) {
     ok(h.release().await, "release after the renewals stopped");
 }
 
+/// A store whose renewals wait while a takeover is planted: the case holds
+/// the gate's write side around the release and the rival's claim, so no
+/// renewal of the holder lands between the two (where it would find the
+/// name released, and lose it for a reason other than the takeover).
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<dyn LeaseStore>,
+    gate: Arc<RwLock<()>>,
+}
+
+#[async_trait]
+impl ForwardingStore for Gated {
+    fn inner(&self) -> &dyn LeaseStore {
+        &*self.inner
+    }
+
+    async fn renew(
+        &self,
+        name: &str,
+        token: Token<'_>,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, BoxError> {
+        let _open = self.gate.read().await;
+        self.inner.renew(name, token, lease_ms).await
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[(&str, Token<'_>)],
+        lease_ms: i64,
+    ) -> Result<Vec<Option<i64>>, BoxError> {
+        let _open = self.gate.read().await;
+        self.inner.renew_many(leases, lease_ms).await
+    }
+}
+
 /// A takeover behind the holder's back (the row released with the holder's
 /// token, then claimed by a rival) ends the holder's context at its next
 /// renewal, as no longer this holder's, and leaves the rival holding.
 pub async fn hold_ends_context_as_not_this_holders_after_takeover(ctx: Ctx) {
     let timings = hold_timings();
-    let leases = ctx.leases_with(timings);
+    let gate = Arc::new(RwLock::new(()));
+    let gated = Gated {
+        inner: ctx.store(),
+        gate: gate.clone(),
+    };
+    let leases = Leases::from_arc(Arc::new(gated))
+        .with_timings_unchecked(timings)
+        .with_instance("conformance-taken-behind-its-back")
+        .unwrap_or_else(|e| panic!("{e}"));
     let rival = ctx.leases();
     let name = ctx.name("taken-behind-its-back");
     let h = claimed(&leases, &name, "no row exists for it yet").await;
@@ -94,6 +141,8 @@ pub async fn hold_ends_context_as_not_this_holders_after_takeover(ctx: Ctx) {
         early_end(context.cause())
     );
 
+    // The takeover, with the holder's renewals held back until it is whole.
+    let planting = gate.write().await;
     let released = ctx.store().release(&name, h.token()).await;
     assert!(
         matches!(released, Ok(true)),
@@ -101,6 +150,7 @@ pub async fn hold_ends_context_as_not_this_holders_after_takeover(ctx: Ctx) {
          name to give (got {released:?})"
     );
     let successor = claimed(&rival, &name, "it was just released").await;
+    drop(planting);
 
     // The next renewal is due within 250 ms, and answers within its 1 s
     // bound; 5 s leave room for a loaded machine.
