@@ -137,6 +137,19 @@ impl Round {
 
     /// The instant this round runs for, in UTC milliseconds: the same on
     /// every replica, and for a rerun the instant of the round cut short.
+    /// It displays as the scheduler's events write instants, an RFC 3339
+    /// time in UTC with milliseconds.
+    ///
+    /// ```
+    /// use lease_scheduler::{Job, Round};
+    ///
+    /// let job = Job::new("report", "@hourly", |round: Round| async move {
+    ///     println!("report for {}", round.instant()); // report for 2026-12-01T10:00:00.000Z
+    ///     let _ms: i64 = round.instant().as_millis();
+    ///     Ok(())
+    /// });
+    /// # let _ = job;
+    /// ```
     #[must_use]
     pub fn instant(&self) -> UtcMillis {
         self.instant

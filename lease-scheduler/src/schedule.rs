@@ -519,5 +519,13 @@ mod tests {
             Rfc3339(UtcMillis::from_millis(1_764_583_203_000)).to_string(),
             "2025-12-01T10:00:03.000Z"
         );
+        // `UtcMillis` (what `Round::instant` returns) writes the same text as
+        // chrono does, across leap years, centuries and the epoch.
+        let mut ms: i64 = -62_167_219_200_000;
+        while ms < 253_402_300_799_999 {
+            let t = UtcMillis::from_millis(ms);
+            assert_eq!(t.to_string(), Rfc3339(t).to_string(), "{ms}");
+            ms += 86_399_999_937;
+        }
     }
 }
