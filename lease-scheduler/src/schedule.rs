@@ -32,9 +32,23 @@ use crate::error::ScheduleError;
 /// name> ` (or `TZ=<IANA name> `), or the job was given a time zone
 /// ([`Job::time_zone`](crate::Job::time_zone)). The process's local zone is
 /// never used: replicas in different zones compute the same instants. Across
-/// a daylight-saving change an instant that falls in the gap comes once, at
-/// the first time after it, and one that falls in the repeated hour comes
-/// once, the first time.
+/// a daylight-saving change, a local time skipped by the gap comes once, at
+/// the first instant after the gap; in the repeated hour a fixed time of day
+/// comes once, the first time, and an expression that repeats within the day
+/// (`@hourly`, `* * * * *`) at every real instant that matches (the table is
+/// in the crate docs, *Daylight-saving time*).
+///
+/// ```
+/// use lease_core::UtcMillis;
+/// use lease_scheduler::Schedule;
+///
+/// // 02:30 does not exist in Berlin on 2026-03-29: it comes at 03:00 CEST.
+/// let s = Schedule::parse("30 2 * * *", Some("Europe/Berlin"))?;
+/// let noon = UtcMillis::from_millis(1_774_699_200_000);
+/// assert_eq!(noon.to_string(), "2026-03-28T12:00:00.000Z");
+/// assert_eq!(s.next_after(noon).unwrap().to_string(), "2026-03-29T01:00:00.000Z");
+/// # Ok::<(), lease_scheduler::ScheduleError>(())
+/// ```
 #[derive(Clone)]
 pub struct Schedule {
     kind: Kind,
@@ -162,9 +176,19 @@ impl Schedule {
             Kind::Cron { cron, tz } => {
                 // Cron instants are whole seconds: the first one after `t` is
                 // the first one after `t`'s whole second.
-                let start = tz.from_utc_datetime(&to_utc(floor_second(t))?.naive_utc());
-                let next = cron.find_next_occurrence(&start, false).ok()?;
-                Some(UtcMillis::from_millis(next.timestamp_millis()))
+                let from = floor_second(t);
+                let start = tz.from_utc_datetime(&to_utc(from)?.naive_utc());
+                let next = cron.find_next_occurrence(&start, false).ok();
+                let next = next.map(|n| UtcMillis::from_millis(n.timestamp_millis()));
+                // A local time skipped by a spring-forward gap comes at the
+                // first instant after the gap, whatever the expression's form.
+                let gap = next
+                    .unwrap_or(UtcMillis::from_millis(from.as_millis() + GAP_HORIZON_MS))
+                    .min(UtcMillis::from_millis(from.as_millis() + GAP_HORIZON_MS));
+                match gap_with_match(cron, *tz, from, gap) {
+                    Some(g) if next.is_none_or(|n| g < n) => Some(g),
+                    _ => next,
+                }
             }
         }
     }
@@ -181,9 +205,27 @@ impl Schedule {
                     .map(UtcMillis::from_millis)
             }
             Kind::Cron { cron, tz } => {
-                let start = tz.from_utc_datetime(&to_utc(floor_second(t))?.naive_utc());
-                let prev = cron.find_previous_occurrence(&start, true).ok()?;
-                Some(UtcMillis::from_millis(prev.timestamp_millis()))
+                let at = floor_second(t);
+                let start = tz.from_utc_datetime(&to_utc(at)?.naive_utc());
+                let prev = cron.find_previous_occurrence(&start, true).ok();
+                let prev = prev.map(|p| UtcMillis::from_millis(p.timestamp_millis()));
+                // The mirror of `next_after`: a gap whose skipped local times
+                // match comes at its end, if that is later than `prev`.
+                let floor = prev
+                    .unwrap_or(UtcMillis::from_millis(at.as_millis() - GAP_HORIZON_MS))
+                    .max(UtcMillis::from_millis(at.as_millis() - GAP_HORIZON_MS));
+                let before = UtcMillis::from_millis(floor.as_millis().saturating_sub(1));
+                // The last such gap: there may be two within the horizon.
+                let mut last_gap = None;
+                let mut from = before;
+                while let Some(g) = gap_with_match(cron, *tz, from, at) {
+                    last_gap = Some(g);
+                    from = g;
+                }
+                match last_gap {
+                    Some(g) if prev.is_none_or(|p| g > p) => Some(g),
+                    _ => prev,
+                }
             }
         }
     }
@@ -218,6 +260,68 @@ impl Schedule {
             }
         }
     }
+}
+
+/// How far from `t` a daylight-saving gap is looked for when the cron's own
+/// next (or previous) instant is further or absent: a year and a day, beyond
+/// which no schedule that comes at all is without an instant.
+const GAP_HORIZON_MS: i64 = 367 * 86_400_000;
+
+/// The UTC offset of `tz` at `t`, in seconds.
+fn offset_at(tz: Tz, t: UtcMillis) -> Option<i32> {
+    use chrono::Offset as _;
+    Some(
+        tz.offset_from_utc_datetime(&to_utc(t)?.naive_utc())
+            .fix()
+            .local_minus_utc(),
+    )
+}
+
+/// The end of the first spring-forward gap of `tz` after `after` and at or
+/// before `up_to` in which a skipped local time matches `cron`: the first
+/// instant after that gap. `None` when there is none.
+fn gap_with_match(cron: &Cron, tz: Tz, after: UtcMillis, up_to: UtcMillis) -> Option<UtcMillis> {
+    if tz == Tz::UTC || up_to <= after {
+        return None;
+    }
+    let mut lo = after;
+    let end = up_to;
+    // Transitions are at least weeks apart: walk in 7-day steps, then bisect
+    // the step whose offset grew.
+    while lo < end {
+        let hi = UtcMillis::from_millis(lo.as_millis().saturating_add(7 * 86_400_000)).min(end);
+        let (before, after_step) = (offset_at(tz, lo)?, offset_at(tz, hi)?);
+        if after_step > before {
+            // The first millisecond at the new offset: the gap's end.
+            let (mut a, mut b) = (lo.as_millis(), hi.as_millis());
+            while b - a > 1 {
+                let mid = a + (b - a) / 2;
+                if offset_at(tz, UtcMillis::from_millis(mid))? > before {
+                    b = mid;
+                } else {
+                    a = mid;
+                }
+            }
+            let g = UtcMillis::from_millis(b);
+            let new = offset_at(tz, g)?;
+            // The skipped local times: [g at the old offset, g at the new).
+            let g_utc = to_utc(g)?.naive_utc();
+            let skipped_from = g_utc + chrono::Duration::seconds(i64::from(before));
+            let skipped_to = g_utc + chrono::Duration::seconds(i64::from(new));
+            // Match the cron's fields against the local wall times as they
+            // would read: written as UTC, where every wall time exists.
+            let probe = Utc.from_utc_datetime(&(skipped_from - chrono::Duration::seconds(1)));
+            if let Ok(m) = cron.find_next_occurrence(&probe, false) {
+                if m.naive_utc() < skipped_to && g > after && g <= up_to {
+                    return Some(g);
+                }
+            }
+            lo = hi;
+            continue;
+        }
+        lo = hi;
+    }
+    None
 }
 
 fn floor_second(t: UtcMillis) -> UtcMillis {
@@ -452,6 +556,249 @@ mod tests {
         );
         let autumn = s.count_between(at("2026-10-24T12:00:00Z"), at("2026-10-25T12:00:00Z"));
         assert_eq!(autumn, 1);
+    }
+
+    /// The instants of `expr` after `from` and at or before `to`, found
+    /// forwards with `next_after` and checked against `latest_at_or_before`
+    /// walked backwards and `count_between`.
+    fn instants(expr: &str, from: &str, to: &str) -> Vec<String> {
+        let s = parse(expr);
+        let (from, to) = (at(from), at(to));
+        let mut forwards = Vec::new();
+        let mut t = from;
+        while let Some(n) = s.next_after(t).filter(|&n| n <= to) {
+            forwards.push(n);
+            t = n;
+        }
+        let mut backwards = Vec::new();
+        let mut t = to;
+        while let Some(p) = s.latest_at_or_before(t).filter(|&p| p > from) {
+            backwards.push(p);
+            t = UtcMillis::from_millis(p.as_millis() - 1);
+        }
+        backwards.reverse();
+        assert_eq!(
+            forwards, backwards,
+            "{expr}: next_after and latest_at_or_before agree"
+        );
+        assert_eq!(s.count_between(from, to), forwards.len() as u64, "{expr}");
+        forwards
+            .into_iter()
+            .map(|t| Rfc3339(t).to_string())
+            .collect()
+    }
+
+    /// The daylight-saving table of the crate docs (*Daylight-saving time*),
+    /// one row per case.
+    #[test]
+    fn daylight_saving_table() {
+        // Europe/Berlin: 2026-03-29 02:00 CET -> 03:00 CEST (01:00Z);
+        // 2026-10-25 03:00 CEST -> 02:00 CET (01:00Z).
+        // America/New_York: 2026-03-08 02:00 EST -> 03:00 EDT (07:00Z);
+        // 2026-11-01 02:00 EDT -> 01:00 EST (06:00Z).
+        let cases: &[(&str, &str, &str, &[&str])] = &[
+            // A fixed time in the gap: once, at the first instant after it.
+            (
+                "CRON_TZ=Europe/Berlin 30 2 * * *",
+                "2026-03-28T00:00:00Z",
+                "2026-03-30T12:00:00Z",
+                &[
+                    "2026-03-28T01:30:00.000Z",
+                    "2026-03-29T01:00:00.000Z",
+                    "2026-03-30T00:30:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=America/New_York 30 2 * * *",
+                "2026-03-07T00:00:00Z",
+                "2026-03-09T12:00:00Z",
+                &[
+                    "2026-03-07T07:30:00.000Z",
+                    "2026-03-08T07:00:00.000Z",
+                    "2026-03-09T06:30:00.000Z",
+                ],
+            ),
+            // Two fixed times in the gap: the one instant after it, once.
+            (
+                "CRON_TZ=Europe/Berlin 0,30 2 * * *",
+                "2026-03-29T00:00:00Z",
+                "2026-03-29T12:00:00Z",
+                &["2026-03-29T01:00:00.000Z"],
+            ),
+            // A range of hours through the gap: its 02:30 at 03:00, then 03:30.
+            (
+                "CRON_TZ=America/New_York 30 1-3 * * *",
+                "2026-03-08T05:00:00Z",
+                "2026-03-08T09:00:00Z",
+                &[
+                    "2026-03-08T06:30:00.000Z",
+                    "2026-03-08T07:00:00.000Z",
+                    "2026-03-08T07:30:00.000Z",
+                ],
+            ),
+            // A fixed time in the repeated hour: once, the first time.
+            (
+                "CRON_TZ=Europe/Berlin 30 2 * * *",
+                "2026-10-24T00:00:00Z",
+                "2026-10-26T12:00:00Z",
+                &[
+                    "2026-10-24T00:30:00.000Z",
+                    "2026-10-25T00:30:00.000Z",
+                    "2026-10-26T01:30:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=America/New_York 30 1 * * *",
+                "2026-10-31T00:00:00Z",
+                "2026-11-02T12:00:00Z",
+                &[
+                    "2026-10-31T05:30:00.000Z",
+                    "2026-11-01T05:30:00.000Z",
+                    "2026-11-02T06:30:00.000Z",
+                ],
+            ),
+            // Hourly: every real hour, none twice, none missing; the gap's
+            // hour does not exist, the repeated hour comes twice.
+            (
+                "CRON_TZ=Europe/Berlin 0 * * * *",
+                "2026-03-28T22:30:00Z",
+                "2026-03-29T02:30:00Z",
+                &[
+                    "2026-03-28T23:00:00.000Z",
+                    "2026-03-29T00:00:00.000Z",
+                    "2026-03-29T01:00:00.000Z",
+                    "2026-03-29T02:00:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=Europe/Berlin @hourly",
+                "2026-10-24T22:30:00Z",
+                "2026-10-25T02:30:00Z",
+                &[
+                    "2026-10-24T23:00:00.000Z",
+                    "2026-10-25T00:00:00.000Z",
+                    "2026-10-25T01:00:00.000Z",
+                    "2026-10-25T02:00:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=America/New_York 0 * * * *",
+                "2026-03-08T05:30:00Z",
+                "2026-03-08T08:30:00Z",
+                &[
+                    "2026-03-08T06:00:00.000Z",
+                    "2026-03-08T07:00:00.000Z",
+                    "2026-03-08T08:00:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=America/New_York 0 * * * *",
+                "2026-11-01T04:30:00Z",
+                "2026-11-01T07:30:00Z",
+                &[
+                    "2026-11-01T05:00:00.000Z",
+                    "2026-11-01T06:00:00.000Z",
+                    "2026-11-01T07:00:00.000Z",
+                ],
+            ),
+            // Every minute: every real minute, through both changes.
+            (
+                "CRON_TZ=Europe/Berlin * * * * *",
+                "2026-03-29T00:57:30Z",
+                "2026-03-29T01:02:00Z",
+                &[
+                    "2026-03-29T00:58:00.000Z",
+                    "2026-03-29T00:59:00.000Z",
+                    "2026-03-29T01:00:00.000Z",
+                    "2026-03-29T01:01:00.000Z",
+                    "2026-03-29T01:02:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=Europe/Berlin * * * * *",
+                "2026-10-25T00:57:30Z",
+                "2026-10-25T01:02:00Z",
+                &[
+                    "2026-10-25T00:58:00.000Z",
+                    "2026-10-25T00:59:00.000Z",
+                    "2026-10-25T01:00:00.000Z",
+                    "2026-10-25T01:01:00.000Z",
+                    "2026-10-25T01:02:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=America/New_York * * * * *",
+                "2026-03-08T06:58:30Z",
+                "2026-03-08T07:01:00Z",
+                &[
+                    "2026-03-08T06:59:00.000Z",
+                    "2026-03-08T07:00:00.000Z",
+                    "2026-03-08T07:01:00.000Z",
+                ],
+            ),
+            (
+                "CRON_TZ=America/New_York * * * * *",
+                "2026-11-01T05:58:30Z",
+                "2026-11-01T06:01:00Z",
+                &[
+                    "2026-11-01T05:59:00.000Z",
+                    "2026-11-01T06:00:00.000Z",
+                    "2026-11-01T06:01:00.000Z",
+                ],
+            ),
+            // Every 20 minutes within hour 1, repeated in New York: both passes.
+            (
+                "CRON_TZ=America/New_York */20 1 * * *",
+                "2026-11-01T04:30:00Z",
+                "2026-11-01T07:30:00Z",
+                &[
+                    "2026-11-01T05:00:00.000Z",
+                    "2026-11-01T05:20:00.000Z",
+                    "2026-11-01T05:40:00.000Z",
+                    "2026-11-01T06:00:00.000Z",
+                    "2026-11-01T06:20:00.000Z",
+                    "2026-11-01T06:40:00.000Z",
+                ],
+            ),
+            // `@every` counts real time: no zone moves it.
+            (
+                "@every 30m",
+                "2026-03-29T00:15:00Z",
+                "2026-03-29T01:45:00Z",
+                &[
+                    "2026-03-29T00:30:00.000Z",
+                    "2026-03-29T01:00:00.000Z",
+                    "2026-03-29T01:30:00.000Z",
+                ],
+            ),
+        ];
+        for (expr, from, to, want) in cases {
+            assert_eq!(
+                instants(expr, from, to),
+                *want,
+                "{expr} from {from} to {to}"
+            );
+        }
+        // The minute-by-minute count across a whole day of each change: 23
+        // and 25 real hours.
+        let m = "CRON_TZ=Europe/Berlin * * * * *";
+        assert_eq!(
+            instants(m, "2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z").len(),
+            23 * 60
+        );
+        assert_eq!(
+            instants(m, "2026-10-24T22:00:00Z", "2026-10-25T23:00:00Z").len(),
+            25 * 60
+        );
+        assert_eq!(
+            instants(
+                "CRON_TZ=Europe/Berlin @hourly",
+                "2026-10-24T22:00:00Z",
+                "2026-10-25T23:00:00Z"
+            )
+            .len(),
+            25
+        );
     }
 
     #[test]
