@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use lease_core::{BoxError, CancellationToken, LeaseContext, UtcMillis};
 use tokio_util::sync::WaitForCancellationFuture;
@@ -38,7 +38,63 @@ pub struct Job {
     pub(crate) schedule: String,
     pub(crate) time_zone: Option<String>,
     pub(crate) per_instance: bool,
+    pub(crate) missed: Option<MissedRuns>,
     pub(crate) run: JobFn,
+}
+
+/// What a job does about the instants of its schedule that no replica ran
+/// when they came: the whole cluster was down, its processes stalled, or the
+/// database did not answer until a later instant was due. Set per job with
+/// [`Job::missed`]; the crate docs (*Missed runs*) draw each as a timeline.
+///
+/// Instants skipped because a round of the job still ran when they came (an
+/// overrun) are not missed: the round that overran covered them, under
+/// [`Skip`](MissedRuns::Skip) and [`Latest`](MissedRuns::Latest). Under
+/// [`Backfill`](MissedRuns::Backfill) they are run afterwards, one by one.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_scheduler::{Job, MissedRuns};
+///
+/// // An instant missed is lost: the job waits for the next one.
+/// let heartbeat = Job::new("heartbeat", "@every 1m", |_round| async { Ok(()) })
+///     .missed(MissedRuns::Skip);
+/// // The default: the latest instant missed runs once, as soon as a replica can.
+/// let report = Job::new("report", "@daily", |_round| async { Ok(()) })
+///     .missed(MissedRuns::Latest);
+/// // Every instant missed in the last 6 hours runs, oldest first, one at a time.
+/// let billing = Job::new("billing", "@hourly", |_round| async { Ok(()) })
+///     .missed(MissedRuns::Backfill { look_back: Duration::from_secs(6 * 3600) });
+/// # let _ = (heartbeat, report, billing);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissedRuns {
+    /// An instant missed is lost: as the scheduler starts the job waits for
+    /// its next instant, and after a stall it runs only the latest instant
+    /// that came, as late as it is (its successor has not come yet), never
+    /// the older ones.
+    Skip,
+    /// The default. As [`Skip`](MissedRuns::Skip), and in addition, as the
+    /// scheduler starts, the latest instant missed runs once (a catch-up,
+    /// [`Round::is_catch_up`]) when the job has run before, no replica has
+    /// claimed that instant, and it came within the scheduler's
+    /// [`catch_up_look_back`](crate::SchedulerBuilder::catch_up_look_back)
+    /// (24 h by default; zero makes this [`Skip`](MissedRuns::Skip)). After a
+    /// stall the latest instant that came also runs as a catch-up.
+    Latest,
+    /// Every instant missed within `look_back` of now runs, oldest first, one
+    /// round at a time (a catch-up, [`Round::is_catch_up`]), and so does
+    /// every instant an overrun covered; then the job goes on with its
+    /// instants as they come. The replicas claim the instants in order
+    /// through the database, so each still runs at most once in the cluster,
+    /// and a round cut short is run again before any later instant is
+    /// claimed. A job that has never run backfills nothing. Each instant
+    /// costs two more reads (the job's unfinished round and last instant).
+    Backfill {
+        /// How far back missed instants are run; older ones are lost.
+        look_back: Duration,
+    },
 }
 
 impl fmt::Debug for Job {
@@ -48,6 +104,7 @@ impl fmt::Debug for Job {
             .field("schedule", &self.schedule)
             .field("time_zone", &self.time_zone)
             .field("per_instance", &self.per_instance)
+            .field("missed", &self.missed)
             .finish_non_exhaustive()
     }
 }
@@ -71,6 +128,7 @@ impl Job {
             schedule: schedule.into(),
             time_zone: None,
             per_instance: false,
+            missed: None,
             run: Arc::new(move |round| Box::pin(run(round))),
         }
     }
@@ -81,6 +139,23 @@ impl Job {
     /// scheduler is built.
     pub fn time_zone(mut self, zone: impl Into<String>) -> Self {
         self.time_zone = Some(zone.into());
+        self
+    }
+
+    /// What the job does about instants no replica ran when they came (see
+    /// [`MissedRuns`]); [`MissedRuns::Latest`] unless set. A per-instance job
+    /// ignores it: it never catches up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_scheduler::{Job, MissedRuns};
+    ///
+    /// let job = Job::new("invoices", "@hourly", |_round| async { Ok(()) })
+    ///     .missed(MissedRuns::Backfill { look_back: Duration::from_secs(24 * 3600) });
+    /// # let _ = job;
+    /// ```
+    pub fn missed(mut self, policy: MissedRuns) -> Self {
+        self.missed = Some(policy);
         self
     }
 
@@ -176,8 +251,10 @@ impl Round {
         self.rerun
     }
 
-    /// Whether this round runs, as the scheduler started, the last instant
-    /// that came while no replica ran the job.
+    /// Whether this round runs an instant that no replica ran when it came:
+    /// the latest one, as the scheduler started or after a stall
+    /// ([`MissedRuns::Latest`]), or one of those a backfill runs
+    /// ([`MissedRuns::Backfill`]).
     #[must_use]
     pub fn is_catch_up(&self) -> bool {
         self.catch_up

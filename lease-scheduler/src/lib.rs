@@ -13,7 +13,7 @@ mod sweep;
 mod task;
 
 pub use error::{Error, ScheduleError};
-pub use job::{CutShort, Job, JobResult, Round};
+pub use job::{CutShort, Job, JobResult, MissedRuns, Round};
 pub use schedule::{Rfc3339, Schedule};
 pub use scheduler::{
     DEFAULT_LOOK_BACK, DEFAULT_SWEEP_INTERVAL, PREFIX, Scheduler, SchedulerBuilder,

@@ -17,6 +17,9 @@ pub mod names {
     pub const CLAIMS: &str = "lease_scheduler_claims_total";
     /// Instants skipped because a round of the job overran them.
     pub const OVERRUN_SKIPPED: &str = "lease_scheduler_overrun_skipped_total";
+    /// Instants no round ran: missed while the scheduler did not wake in
+    /// time, or older than a backfill's look-back.
+    pub const MISSED: &str = "lease_scheduler_missed_total";
     /// Rounds cut short that a later instant's claim gave up (never run again).
     pub const SUPERSEDED: &str = "lease_scheduler_superseded_total";
     /// Rerun sweeps, by `outcome`.
@@ -66,6 +69,10 @@ pub(crate) fn claim(round: RoundLabel, outcome: &'static str) {
 
 pub(crate) fn overrun(skipped: u64) {
     metrics::counter!(names::OVERRUN_SKIPPED).increment(skipped);
+}
+
+pub(crate) fn missed(n: u64) {
+    metrics::counter!(names::MISSED).increment(n);
 }
 
 pub(crate) fn superseded() {

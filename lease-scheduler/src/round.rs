@@ -95,6 +95,8 @@ fn settle(ending: Ending, lost: bool, instant: UtcMillis, latest: Option<UtcMill
 pub(crate) struct Ran {
     pub(crate) instant: UtcMillis,
     pub(crate) end: UtcMillis,
+    /// Whether it was cut short (and so runs again once).
+    pub(crate) cut_short: bool,
 }
 
 /// How a round ended.
@@ -192,7 +194,13 @@ impl JobTask {
             kind,
             elapsed: started.elapsed(),
         };
-        let latest = job.schedule.latest_at_or_before(end);
+        // A backfill runs the instants an overrun covered: none is taken
+        // along.
+        let latest = if job.policy.backfills() {
+            Some(instant)
+        } else {
+            job.schedule.latest_at_or_before(end)
+        };
         match settle(ending, lost, instant, latest) {
             Settle::Finish { passed } => match handle.finish(passed).await {
                 Ok(()) => fields.log_finished(lost),
@@ -209,7 +217,11 @@ impl JobTask {
             Settle::Release => fields.log_cut_short(lost, Some(handle.release().await.is_ok())),
             Settle::Leave => fields.log_cut_short(lost, None),
         }
-        Ran { instant, end }
+        Ran {
+            instant,
+            end,
+            cut_short: ending == Ending::CutShort,
+        }
     }
 
     /// A round of a per-instance job: no lease, no settling.
@@ -261,7 +273,11 @@ impl JobTask {
                 "round finished"
             ),
         }
-        Some(Ran { instant, end })
+        Some(Ran {
+            instant,
+            end,
+            cut_short: ending == Ending::CutShort,
+        })
     }
 
     /// How a round whose function returned `result` ended (see

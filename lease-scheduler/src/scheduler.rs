@@ -17,7 +17,7 @@ use tracing::Instrument as _;
 
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::job::{Job, JobFn};
+use crate::job::{Job, JobFn, MissedRuns};
 use crate::log::Escaped;
 use crate::round::Running;
 use crate::schedule::{Rfc3339, Schedule};
@@ -101,7 +101,37 @@ pub(crate) struct JobState {
     pub(crate) lease_name: String,
     pub(crate) schedule: Schedule,
     pub(crate) per_instance: bool,
+    pub(crate) policy: Policy,
     pub(crate) run: JobFn,
+}
+
+/// A job's [`MissedRuns`], with the look-back it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Policy {
+    /// Nothing missed runs (also `Latest` with a zero look-back, and every
+    /// per-instance job).
+    Skip,
+    /// The latest instant missed runs once.
+    Latest { look_back: Duration },
+    /// Every instant missed within the look-back runs, oldest first.
+    Backfill { look_back: Duration },
+}
+
+impl Policy {
+    /// Whether the job runs every missed instant, overruns' included.
+    pub(crate) fn backfills(self) -> bool {
+        matches!(self, Policy::Backfill { .. })
+    }
+
+    fn of(missed: Option<MissedRuns>, per_instance: bool, look_back: Duration) -> Policy {
+        match missed.unwrap_or(MissedRuns::Latest) {
+            _ if per_instance => Policy::Skip,
+            MissedRuns::Skip => Policy::Skip,
+            MissedRuns::Latest if look_back.is_zero() => Policy::Skip,
+            MissedRuns::Latest => Policy::Latest { look_back },
+            MissedRuns::Backfill { look_back } => Policy::Backfill { look_back },
+        }
+    }
 }
 
 impl fmt::Debug for Scheduler {
@@ -148,10 +178,12 @@ impl SchedulerBuilder {
         self
     }
 
-    /// How far back the start-up catch-up looks (default 24 h): as the
-    /// scheduler starts, a job that has run before and whose schedule's most
-    /// recent instant came within this long, with no replica claiming it,
-    /// runs that instant once. [`Duration::ZERO`] turns catch-up off.
+    /// How far back the catch-up of [`MissedRuns::Latest`] (every job's
+    /// default) looks (default 24 h): as the scheduler starts, a job that has
+    /// run before and whose schedule's most recent instant came within this
+    /// long, with no replica claiming it, runs that instant once.
+    /// [`Duration::ZERO`] turns catch-up off: those jobs then
+    /// [`Skip`](MissedRuns::Skip). A [`MissedRuns::Backfill`] has its own.
     pub fn catch_up_look_back(mut self, look_back: Duration) -> Self {
         self.look_back = look_back;
         self
@@ -224,6 +256,7 @@ impl SchedulerBuilder {
                 lease_name,
                 schedule,
                 per_instance: job.per_instance,
+                policy: Policy::of(job.missed, job.per_instance, self.look_back),
                 run: job.run,
             }));
         }
@@ -329,7 +362,6 @@ impl Scheduler {
                 clock: clock.clone(),
                 shutdown: shutdown.clone(),
                 running: running.clone(),
-                look_back: inner.look_back,
             };
             let _ = tasks.spawn(ctx.run(rx).instrument(span.clone()));
         }

@@ -15,7 +15,7 @@ use crate::log::{Escaped, TARGET};
 use crate::metrics::{self, RoundLabel};
 use crate::round::{Ran, Running};
 use crate::schedule::Rfc3339;
-use crate::scheduler::JobState;
+use crate::scheduler::{JobState, Policy};
 
 /// What a round is: the identity the job's function receives.
 #[derive(Debug, Clone, Copy)]
@@ -43,7 +43,6 @@ pub(crate) struct JobTask {
     pub(crate) clock: Arc<Clock>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) running: Running,
-    pub(crate) look_back: Duration,
 }
 
 impl JobTask {
@@ -55,12 +54,18 @@ impl JobTask {
         }
         // The next instant is the first one after `cursor`.
         let mut cursor = self.clock.now();
-        if !self.job.per_instance && !self.look_back.is_zero() {
-            let from = cursor;
-            if let Some(ran) = self.catch_up(cursor).await {
-                self.warn_overrun(ran, from);
-                cursor = cursor.max(ran.end);
+        match self.job.policy {
+            Policy::Latest { look_back } => {
+                let from = cursor;
+                if let Some(ran) = self.catch_up(cursor, look_back).await {
+                    self.warn_overrun(ran, from);
+                    cursor = cursor.max(ran.end);
+                }
             }
+            Policy::Backfill { look_back } => {
+                cursor = cursor.max(self.backfill(None, look_back).await);
+            }
+            Policy::Skip => {}
         }
         loop {
             if self.shutdown.is_cancelled() {
@@ -76,59 +81,88 @@ impl JobTask {
                 () = self.shutdown.cancelled() => return,
                 Some(offer) = offers.recv() => {
                     // No instant came while waiting: those that come while
-                    // the rerun holds the name are skipped.
+                    // the rerun holds the name are skipped (or backfilled).
                     let from = cursor;
                     if let Some(ran) = self.rerun(offer).await {
-                        self.warn_overrun(ran, from);
                         cursor = cursor.max(ran.end);
+                        match self.job.policy {
+                            // What came meanwhile runs now.
+                            Policy::Backfill { look_back } if !ran.cut_short => {
+                                cursor = cursor.max(self.backfill(None, look_back).await);
+                            }
+                            Policy::Backfill { .. } => {}
+                            Policy::Skip | Policy::Latest { .. } => self.warn_overrun(ran, from),
+                        }
                     }
                     continue;
                 }
                 () = self.clock.sleep_until(next) => {}
             }
             cursor = next;
-            let ended = if self.job.per_instance {
-                self.local_round(next).await
-            } else {
-                self.claim(
-                    next,
-                    Kind {
-                        rerun: false,
-                        catch_up: false,
-                    },
-                )
-                .await
+            if self.job.per_instance {
+                if let Some(ran) = self.local_round(next).await {
+                    self.warn_overrun(ran, next);
+                    cursor = cursor.max(ran.end);
+                }
+                continue;
+            }
+            if let Policy::Backfill { look_back } = self.job.policy {
+                cursor = cursor.max(self.backfill(Some(next), look_back).await);
+                continue;
+            }
+            // Several instants came at once (the process or its runtime
+            // stalled): the older ones are missed, the latest is still due.
+            let now = self.clock.now();
+            let latest = self
+                .job
+                .schedule
+                .latest_at_or_before(now)
+                .map_or(next, |l| l.max(next));
+            if latest > next {
+                self.log_missed(next, latest, "the scheduler did not wake in time");
+            }
+            cursor = latest;
+            let kind = Kind {
+                rerun: false,
+                catch_up: latest > next && matches!(self.job.policy, Policy::Latest { .. }),
             };
-            if let Some(ran) = ended {
-                self.warn_overrun(ran, next);
+            if let Some(ran) = self.claim(latest, kind).await {
+                self.warn_overrun(ran, latest);
                 cursor = cursor.max(ran.end);
             }
         }
     }
 
+    /// The instants from `first` to before `latest` were missed: warns and
+    /// counts them.
+    fn log_missed(&self, first: UtcMillis, latest: UtcMillis, why: &'static str) {
+        let schedule = &self.job.schedule;
+        let before = UtcMillis::from_millis(first.as_millis() - 1);
+        let missed = schedule.count_between(before, latest).saturating_sub(1);
+        if missed == 0 {
+            return;
+        }
+        metrics::missed(missed);
+        tracing::warn!(target: TARGET,
+            job = ?self.job.name,
+            missed,
+            first_missed = %Rfc3339(first),
+            next = %Rfc3339(latest),
+            why,
+            "instants missed: no round ran them"
+        );
+    }
+
     /// The start-up catch-up: the schedule's most recent instant, when it
     /// came within the look-back and the job has run before but not since.
-    async fn catch_up(&self, now: UtcMillis) -> Option<Ran> {
+    async fn catch_up(&self, now: UtcMillis, look_back: Duration) -> Option<Ran> {
         let job = &self.job;
         let latest = job.schedule.latest_at_or_before(now)?;
         let age = u64::try_from(now.as_millis() - latest.as_millis()).unwrap_or(u64::MAX);
-        if Duration::from_millis(age) > self.look_back {
+        if Duration::from_millis(age) > look_back {
             return None;
         }
-        let give_up = self.next_due(latest);
-        let last = loop {
-            match self.leases.last_instant(&job.lease_name).await {
-                Ok(last) => break last,
-                Err(error) => {
-                    if !self
-                        .retry_or_give_up(latest, give_up, &error, "catch-up", RoundLabel::CatchUp)
-                        .await
-                    {
-                        return None;
-                    }
-                }
-            }
-        };
+        let last = self.last_instant(latest, "catch-up").await?;
         match last {
             None => {
                 tracing::debug!(target: TARGET, job = ?job.name, "no catch-up: the job has never run");
@@ -150,6 +184,132 @@ impl JobTask {
                     },
                 )
                 .await
+            }
+        }
+    }
+
+    /// The job's last instant on record, retried until the instant after
+    /// `instant` is due; `None` when given up.
+    async fn last_instant(
+        &self,
+        instant: UtcMillis,
+        what: &'static str,
+    ) -> Option<Option<UtcMillis>> {
+        let give_up = self.next_due(instant);
+        loop {
+            match self.leases.last_instant(&self.job.lease_name).await {
+                Ok(last) => return Some(last),
+                Err(error) => {
+                    if !self
+                        .retry_or_give_up(instant, give_up, &error, what, RoundLabel::CatchUp)
+                        .await
+                    {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A backfill ([`MissedRuns::Backfill`](crate::MissedRuns::Backfill)):
+    /// runs the instants due after the last one on record (none older than
+    /// the look-back), oldest first, one at a time, each claimed through the
+    /// database so that the replicas take them in order and once each. A
+    /// round cut short and free to claim again is run again first, so that
+    /// no claim of a later instant gives it up. `came` is the instant whose
+    /// coming woke the job (`None` as the scheduler starts): what runs when
+    /// the job has no record yet. Stops when nothing more is due, or a claim
+    /// was refused (a peer runs the job: the next instant tries again), or a
+    /// round was cut short; returns the time to wait for the next instant
+    /// from.
+    async fn backfill(&self, came: Option<UtcMillis>, look_back: Duration) -> UtcMillis {
+        let job = &self.job;
+        // Instants that came before the scheduler started, or before a
+        // rerun ended, were missed, as are those older than the latest due.
+        let missed_up_to = if came.is_none() {
+            self.clock.now()
+        } else {
+            UtcMillis::EPOCH
+        };
+        let mut first = came;
+        let mut told = false;
+        loop {
+            let now = self.clock.now();
+            if self.shutdown.is_cancelled() {
+                return now;
+            }
+            let Some(current) = job.schedule.latest_at_or_before(now) else {
+                return now;
+            };
+            // A round cut short comes first: claiming a later instant would
+            // give it up.
+            match self.leases.unfinished_instants(&[&job.lease_name]).await {
+                Ok(found) => {
+                    if let Some(u) = found.into_iter().next() {
+                        match self.rerun(u).await {
+                            Some(ran) if ran.cut_short => return self.clock.now(),
+                            Some(_) => continue,
+                            None => {}
+                        }
+                    }
+                }
+                Err(error) => tracing::debug!(target: TARGET,
+                    job = ?job.name,
+                    error = %Escaped(Chain(&error)),
+                    "could not look for a round cut short before backfilling"
+                ),
+            }
+            let Some(last) = self.last_instant(current, "backfill").await else {
+                return self.clock.now();
+            };
+            let floor = UtcMillis::from_millis(
+                now.as_millis()
+                    .saturating_sub(i64::try_from(look_back.as_millis()).unwrap_or(i64::MAX)),
+            );
+            let candidate = match (last, first.take()) {
+                (Some(last), _) => {
+                    let before_floor = UtcMillis::from_millis(floor.as_millis().saturating_sub(1));
+                    if last < before_floor && !told {
+                        told = true;
+                        if let Some(oldest) = job.schedule.next_after(last) {
+                            let kept = job.schedule.next_after(before_floor).unwrap_or(now);
+                            self.log_missed(oldest, kept, "older than the backfill's look-back");
+                        }
+                    }
+                    job.schedule.next_after(last.max(before_floor))
+                }
+                // The job has never run: nothing to backfill, only the
+                // instant that came, if one did.
+                (None, came) => came,
+            };
+            let Some(instant) = candidate.filter(|&c| c <= now) else {
+                return now;
+            };
+            let kind = Kind {
+                rerun: false,
+                catch_up: instant < current || instant <= missed_up_to,
+            };
+            if kind.catch_up {
+                tracing::info!(target: TARGET,
+                    job = ?job.name,
+                    instant = %Rfc3339(instant),
+                    last = last.map(|l| Rfc3339(l).to_string()),
+                    "backfilling an instant missed"
+                );
+            }
+            match self.claim(instant, kind).await {
+                None => return self.clock.now(),
+                Some(ran) if ran.cut_short => return self.clock.now(),
+                Some(ran) => {
+                    // Nothing more due: no need to read the record again.
+                    if job
+                        .schedule
+                        .next_after(instant)
+                        .is_none_or(|n| n > ran.end.max(self.clock.now()))
+                    {
+                        return self.clock.now();
+                    }
+                }
             }
         }
     }
@@ -303,7 +463,7 @@ impl JobTask {
     /// they are skipped. `from` is the round's instant, or for a rerun or a
     /// catch-up, when the job was last waiting for an instant.
     fn warn_overrun(&self, ran: Ran, from: UtcMillis) {
-        let Ran { instant, end } = ran;
+        let Ran { instant, end, .. } = ran;
         let schedule = &self.job.schedule;
         let skipped = schedule.count_between(from, end);
         if skipped > 0 {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::{Call, Logs, Row, T0, TestStore, secs};
 use lease_core::{CancellationToken, Chain, Finished, Leases, NameError};
-use lease_scheduler::{Error, Job, JobResult, Round, ScheduleError, Scheduler};
+use lease_scheduler::{Error, Job, JobResult, MissedRuns, Round, ScheduleError, Scheduler};
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
 
@@ -1022,4 +1022,327 @@ async fn a_job_that_panics_before_its_future_fails_that_round_alone() {
         passed: T0 + 10_000,
         outcome: Finished::Released,
     }));
+}
+
+// Missed-run policies (`MissedRuns`): the timelines of the crate docs.
+
+fn catch_up(instant: i64, started: i64, term: u64) -> Seen {
+    Seen {
+        catch_up: true,
+        ..seen(instant, started, term)
+    }
+}
+
+const MIN: i64 = 60_000;
+
+/// The instants a job's finishes recorded as passed, from `T0`.
+fn passed(store: &TestStore) -> Vec<(i64, i64)> {
+    store
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Finish { slot, passed, .. } => Some((slot - T0, passed - T0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Started at 5 min, the job last ran at -20 min, every 10 min: the instant
+/// of 0 min came while no replica ran.
+#[tokio::test(start_paused = true)]
+async fn skip_runs_nothing_missed_and_latest_the_last_once_as_the_scheduler_starts() {
+    let cases = [
+        (Some(MissedRuns::Skip), vec![seen(10 * MIN, 10 * MIN, 8)]),
+        (
+            Some(MissedRuns::Latest),
+            vec![catch_up(0, 5 * MIN, 8), seen(10 * MIN, 10 * MIN, 9)],
+        ),
+        // Latest is the default.
+        (
+            None,
+            vec![catch_up(0, 5 * MIN, 8), seen(10 * MIN, 10 * MIN, 9)],
+        ),
+    ];
+    for (policy, want) in cases {
+        let store = TestStore::new();
+        ran_before(&store, NAME, -20 * MIN);
+        let rounds = Rounds::default();
+        let mut job = recording("tick", "0 */10 * * * *", &store, &rounds, done);
+        if let Some(policy) = policy {
+            job = job.missed(policy);
+        }
+        let scheduler = Scheduler::builder(leases(&store, "a"))
+            .job(job)
+            .build()
+            .unwrap();
+        until(&store, 5 * MIN).await;
+        let running = start(scheduler, secs(30));
+        until(&store, 10 * MIN + 1_000).await;
+        running.stop().await.unwrap();
+        assert_eq!(rounds.all(), want, "{policy:?}");
+    }
+}
+
+/// The process stalls from 12 s to 47 s (its runtime does not wake): the
+/// instants of 20 s and 30 s came while no round could run them.
+#[tokio::test(start_paused = true)]
+async fn after_a_stall_skip_and_latest_run_the_latest_instant_and_backfill_runs_them_all() {
+    let backfill = MissedRuns::Backfill {
+        look_back: secs(3_600),
+    };
+    let cases = [
+        (
+            MissedRuns::Skip,
+            vec![seen(10_000, 10_000, 1), seen(40_000, 47_000, 2)],
+        ),
+        (
+            MissedRuns::Latest,
+            vec![seen(10_000, 10_000, 1), catch_up(40_000, 47_000, 2)],
+        ),
+        (
+            backfill,
+            vec![
+                seen(10_000, 10_000, 1),
+                catch_up(20_000, 47_000, 2),
+                catch_up(30_000, 47_000, 3),
+                seen(40_000, 47_000, 4),
+            ],
+        ),
+    ];
+    for (policy, mut want) in cases {
+        let (logs, _guard) = Logs::capture();
+        let store = TestStore::new();
+        let rounds = Rounds::default();
+        let scheduler = Scheduler::builder(leases(&store, "a"))
+            .job(recording("tick", "@every 10s", &store, &rounds, done).missed(policy))
+            .build()
+            .unwrap();
+        until(&store, 1_000).await;
+        let running = start(scheduler, secs(30));
+        until(&store, 12_000).await;
+        tokio::time::advance(secs(35)).await;
+        until(&store, 55_000).await;
+        running.stop().await.unwrap();
+        let term = want.last().unwrap().term.unwrap();
+        want.push(seen(50_000, 50_000, term + 1));
+        assert_eq!(rounds.all(), want, "{policy:?}");
+        let missed = logs.matching(&["instants missed: no round ran them", "missed=2"]);
+        if policy == backfill {
+            assert_eq!(missed, Vec::<String>::new(), "{policy:?}");
+            // Each instant on record as it ran: none taken along.
+            assert_eq!(
+                passed(&store),
+                [10_000, 20_000, 30_000, 40_000, 50_000].map(|t| (t, t))
+            );
+        } else {
+            assert_eq!(missed.len(), 1, "{policy:?}: {:#?}", logs.lines());
+            assert!(
+                missed[0].contains("first_missed=2025-12-01T10:00:20.000Z"),
+                "{missed:?}"
+            );
+        }
+    }
+}
+
+/// Backfill as the scheduler starts: every instant after the last on record
+/// and within the look-back, oldest first, one round at a time; instants an
+/// overrun covered run after it; older ones are lost, with a warning.
+#[tokio::test(start_paused = true)]
+async fn backfill_runs_every_missed_instant_in_the_look_back_oldest_first_one_at_a_time() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    ran_before(&store, NAME, -60 * MIN);
+    let rounds = Rounds::default();
+    let job = recording("tick", "0 */10 * * * *", &store, &rounds, |_round| async {
+        sleep(secs(120)).await;
+        Ok(())
+    })
+    .missed(MissedRuns::Backfill {
+        look_back: secs(25 * 60),
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 5 * MIN).await;
+    let running = start(scheduler, secs(300));
+    until(&store, 21 * MIN).await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        rounds.all(),
+        [
+            // -50, -40 and -30 are older than 5 min - 25 min.
+            catch_up(-20 * MIN, 5 * MIN, 8),
+            catch_up(-10 * MIN, 7 * MIN, 9),
+            catch_up(0, 9 * MIN, 10),
+            // 10 min came while the round of 0 ran: it runs after it, late.
+            seen(10 * MIN, 11 * MIN, 11),
+            seen(20 * MIN, 20 * MIN, 12),
+        ]
+    );
+    assert_eq!(
+        passed(&store),
+        [-20 * MIN, -10 * MIN, 0, 10 * MIN, 20 * MIN].map(|t| (t, t))
+    );
+    let lost = logs.matching(&[
+        "instants missed: no round ran them",
+        "missed=3",
+        "first_missed=2025-12-01T09:10:00.000Z",
+        "older than the backfill's look-back",
+    ]);
+    assert_eq!(lost.len(), 1, "{:#?}", logs.lines());
+    assert_eq!(logs.matching(&["overran"]), Vec::<String>::new());
+
+    // A job that has never run backfills nothing.
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(
+            recording("tick", "0 */10 * * * *", &store, &rounds, done).missed(
+                MissedRuns::Backfill {
+                    look_back: secs(3_600),
+                },
+            ),
+        )
+        .build()
+        .unwrap();
+    until(&store, 25 * MIN).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 31 * MIN).await;
+    running.stop().await.unwrap();
+    assert_eq!(rounds.all(), [seen(30 * MIN, 30 * MIN, 1)]);
+}
+
+/// Two replicas backfill together: each instant runs once, in order, and
+/// never two rounds at once.
+#[tokio::test(start_paused = true)]
+async fn two_replicas_backfill_each_instant_once_in_order_one_round_at_a_time() {
+    let store = TestStore::new();
+    ran_before(&store, NAME, -40 * MIN);
+    let rounds = Rounds::default();
+    let build = |instance: &str| {
+        Scheduler::builder(leases(&store, instance))
+            .job(
+                recording("tick", "0 */10 * * * *", &store, &rounds, |_round| async {
+                    sleep(secs(150)).await;
+                    Ok(())
+                })
+                .missed(MissedRuns::Backfill {
+                    look_back: secs(3_600),
+                }),
+            )
+            .build()
+            .unwrap()
+    };
+    until(&store, 5 * MIN).await;
+    let (a, b) = (start(build("a"), secs(300)), start(build("b"), secs(300)));
+    until(&store, 31 * MIN).await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    let all = rounds.all();
+    assert_eq!(
+        rounds.instants(),
+        [
+            -30 * MIN,
+            -20 * MIN,
+            -10 * MIN,
+            0,
+            10 * MIN,
+            20 * MIN,
+            30 * MIN
+        ],
+        "{all:#?}"
+    );
+    for pair in all.windows(2) {
+        assert!(
+            pair[1].started >= pair[0].started + 150_000,
+            "two rounds at once: {all:#?}"
+        );
+    }
+}
+
+/// A round cut short and given back runs again before a backfill claims
+/// any later instant (whose claim would give it up).
+#[tokio::test(start_paused = true)]
+async fn backfill_reruns_a_round_cut_short_before_claiming_later_instants() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    // The round of -30 min was cut short and released (a shutdown), term 3.
+    store.set_row(
+        NAME,
+        Row {
+            term: 3,
+            slot_ms: T0 - 30 * MIN,
+            unfinished_slot_ms: T0 - 30 * MIN,
+            ..Row::default()
+        },
+    );
+    let rounds = Rounds::default();
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(
+            recording("tick", "0 */10 * * * *", &store, &rounds, done).missed(
+                MissedRuns::Backfill {
+                    look_back: secs(3_600),
+                },
+            ),
+        )
+        .build()
+        .unwrap();
+    until(&store, 5 * MIN).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 6 * MIN).await;
+    running.stop().await.unwrap();
+    let rerun = Seen {
+        rerun: true,
+        ..seen(-30 * MIN, 5 * MIN, 4)
+    };
+    assert_eq!(
+        rounds.all(),
+        [
+            rerun,
+            catch_up(-20 * MIN, 5 * MIN, 5),
+            catch_up(-10 * MIN, 5 * MIN, 6),
+            catch_up(0, 5 * MIN, 7),
+        ]
+    );
+    assert_eq!(
+        logs.matching(&["gave up a round cut short"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(store.row(NAME).unwrap().unfinished_slot_ms, 0);
+}
+
+/// An instant the database did not answer for before the next one came is
+/// given up under Latest, and backfilled once the database answers.
+#[tokio::test(start_paused = true)]
+async fn backfill_runs_an_instant_the_database_did_not_answer_for() {
+    for (policy, want) in [
+        (MissedRuns::Latest, vec![20_000]),
+        (
+            MissedRuns::Backfill {
+                look_back: secs(3_600),
+            },
+            vec![10_000, 20_000],
+        ),
+    ] {
+        let store = TestStore::new();
+        ran_before(&store, NAME, 0);
+        let rounds = Rounds::default();
+        let scheduler = Scheduler::builder(leases(&store, "a"))
+            .job(recording("tick", "@every 10s", &store, &rounds, done).missed(policy))
+            .build()
+            .unwrap();
+        until(&store, 1_000).await;
+        // Claims at 10, 12, 14, 16 and 18 s fail: 10 s is given up.
+        store.fail_claims(5);
+        let running = start(scheduler, secs(30));
+        until(&store, 25_000).await;
+        running.stop().await.unwrap();
+        assert_eq!(rounds.instants(), want, "{policy:?}");
+        assert!(
+            rounds.all().iter().all(|s| s.started == 20_000),
+            "{:?}",
+            rounds.all()
+        );
+    }
 }
