@@ -39,6 +39,7 @@ pub struct Job {
     pub(crate) time_zone: Option<String>,
     pub(crate) per_instance: bool,
     pub(crate) missed: Option<MissedRuns>,
+    pub(crate) per_job_metrics: bool,
     pub(crate) run: JobFn,
 }
 
@@ -105,6 +106,7 @@ impl fmt::Debug for Job {
             .field("time_zone", &self.time_zone)
             .field("per_instance", &self.per_instance)
             .field("missed", &self.missed)
+            .field("per_job_metrics", &self.per_job_metrics)
             .finish_non_exhaustive()
     }
 }
@@ -129,6 +131,7 @@ impl Job {
             time_zone: None,
             per_instance: false,
             missed: None,
+            per_job_metrics: false,
             run: Arc::new(move |round| Box::pin(run(round))),
         }
     }
@@ -156,6 +159,26 @@ impl Job {
     /// ```
     pub fn missed(mut self, policy: MissedRuns) -> Self {
         self.missed = Some(policy);
+        self
+    }
+
+    /// Also records how late this job's scheduled rounds start in the
+    /// histogram `lease_scheduler_job_start_delay_seconds`, labelled `job` =
+    /// its name ([`metrics::names::JOB_START_DELAY`](crate::metrics::names::JOB_START_DELAY)).
+    /// Off by default: a series per job multiplies with the jobs, and a
+    /// scheduler may run thousands; turn it on for the few jobs whose
+    /// lateness is watched. Every job's lateness is also on its rounds'
+    /// spans (`late_ms`).
+    ///
+    /// ```
+    /// use lease_scheduler::Job;
+    ///
+    /// let job = Job::new("settlement", "0 0 17 * * MON-FRI", |_round| async { Ok(()) })
+    ///     .per_job_metrics();
+    /// # let _ = job;
+    /// ```
+    pub fn per_job_metrics(mut self) -> Self {
+        self.per_job_metrics = true;
         self
     }
 

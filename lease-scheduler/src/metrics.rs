@@ -7,6 +7,7 @@
 //! (one per tenant, say), and each name would make a series per label
 //! combination. Which job did what is in the events (`job` field).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The metric names, as constants for dashboards and tests.
@@ -26,6 +27,13 @@ pub mod names {
     pub const SWEEPS: &str = "lease_scheduler_sweeps_total";
     /// How late scheduled rounds started after their instant, in seconds.
     pub const START_DELAY: &str = "lease_scheduler_start_delay_seconds";
+    /// The same, by `job`, for the jobs registered with
+    /// [`Job::per_job_metrics`](crate::Job::per_job_metrics) only.
+    pub const JOB_START_DELAY: &str = "lease_scheduler_job_start_delay_seconds";
+    /// Instants that came while a round of their job still ran, counted as
+    /// they came, by `then` = `skipped` or `deferred` (a backfill runs them
+    /// after it).
+    pub const STILL_RUNNING: &str = "lease_scheduler_still_running_total";
     /// How long rounds ran, in seconds.
     pub const ROUND_DURATION: &str = "lease_scheduler_round_duration_seconds";
     /// Rounds running in this process now.
@@ -84,9 +92,19 @@ pub(crate) fn sweep(ok: bool) {
     metrics::counter!(names::SWEEPS, "outcome" => outcome).increment(1);
 }
 
-pub(crate) fn start_delay(late_ms: i64) {
+/// How late a round started; also by job for a job that asked for it.
+pub(crate) fn start_delay(late_ms: i64, job: Option<&Arc<str>>) {
     let late = Duration::from_millis(u64::try_from(late_ms).unwrap_or(0));
     metrics::histogram!(names::START_DELAY).record(late.as_secs_f64());
+    if let Some(job) = job {
+        metrics::histogram!(names::JOB_START_DELAY, "job" => job.to_string())
+            .record(late.as_secs_f64());
+    }
+}
+
+/// An instant came while a round of its job still ran.
+pub(crate) fn still_running(then: &'static str) {
+    metrics::counter!(names::STILL_RUNNING, "then" => then).increment(1);
 }
 
 pub(crate) fn running(delta: f64) {

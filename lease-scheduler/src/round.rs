@@ -4,6 +4,7 @@
 //! round is settled is the pure [`settle`], pinned by a table.
 
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,8 +137,66 @@ impl Ending {
 
 impl JobTask {
     /// Runs a claimed round under hold + run, settles it, and returns when it
-    /// ended.
+    /// ended; all of it in the span `round` (the lease's span, and so the
+    /// job's own events, nested in it).
     pub(crate) async fn round(&self, handle: Handle, instant: UtcMillis, kind: Kind) -> Ran {
+        let span = tracing::info_span!(target: TARGET,
+            "round",
+            job = ?self.job.name,
+            instant = %Rfc3339(instant),
+            term = handle.term(),
+            rerun = kind.rerun,
+            catch_up = kind.catch_up,
+            late_ms = tracing::field::Empty,
+        );
+        self.claimed_round(handle, instant, kind, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    /// Awaits `work`, a round of `instant`, warning at each instant of the
+    /// job that comes while it still runs.
+    async fn watching<T>(&self, instant: UtcMillis, work: impl Future<Output = T>) -> T {
+        tokio::select! {
+            biased;
+            out = work => out,
+            never = self.watch_overrun(instant) => match never {},
+        }
+    }
+
+    /// Warns at each instant of the job that comes from now on; never ends.
+    async fn watch_overrun(&self, instant: UtcMillis) -> Infallible {
+        let mut after = self.clock.now();
+        loop {
+            let Some(next) = self.job.schedule.next_after(after) else {
+                return std::future::pending().await;
+            };
+            self.clock.sleep_until(next).await;
+            let then = if self.job.policy.backfills() {
+                "deferred"
+            } else {
+                "skipped"
+            };
+            metrics::still_running(then);
+            tracing::warn!(target: TARGET,
+                job = ?self.job.name,
+                instant = %Rfc3339(instant),
+                next = %Rfc3339(next),
+                then,
+                "round still running at the job's next instant"
+            );
+            after = next;
+        }
+    }
+
+    /// [`round`](Self::round), in its span.
+    async fn claimed_round(
+        &self,
+        handle: Handle,
+        instant: UtcMillis,
+        kind: Kind,
+        span: &tracing::Span,
+    ) -> Ran {
         let job = &self.job;
         let _running = RunningGuard::new(&self.running, &job.name);
         let term = handle.term();
@@ -150,13 +209,15 @@ impl JobTask {
             catch_up = kind.catch_up,
             "round started"
         );
+        let late = self.clock.now().as_millis() - instant.as_millis();
+        let _ = span.record("late_ms", late);
         if kind.label() == RoundLabel::Scheduled {
-            metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
+            metrics::start_delay(late, job.per_job_metrics.then_some(&job.name));
         }
         let started = Instant::now();
         let f = job.run.clone();
         let name = job.name.clone();
-        let out = lease_core::run(holder.context(), move |ctx| async move {
+        let work = lease_core::run(holder.context(), move |ctx| async move {
             let round = Round {
                 job: name,
                 instant,
@@ -167,8 +228,8 @@ impl JobTask {
             };
             let result = f(round).await;
             (result, ctx.is_cancelled())
-        })
-        .await;
+        });
+        let out = self.watching(instant, work).await;
         holder.stop().await;
         let end = self.clock.now();
         let lost = handle.lost();
@@ -224,8 +285,25 @@ impl JobTask {
         }
     }
 
-    /// A round of a per-instance job: no lease, no settling.
+    /// A round of a per-instance job: no lease, no settling; in the span
+    /// `round`.
     pub(crate) async fn local_round(&self, instant: UtcMillis) -> Option<Ran> {
+        let span = tracing::info_span!(target: TARGET,
+            "round",
+            job = ?self.job.name,
+            instant = %Rfc3339(instant),
+            term = tracing::field::Empty,
+            rerun = false,
+            catch_up = false,
+            late_ms = tracing::field::Empty,
+        );
+        self.local_round_in_span(instant, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    /// [`local_round`](Self::local_round), in its span.
+    async fn local_round_in_span(&self, instant: UtcMillis, span: &tracing::Span) -> Option<Ran> {
         let job = &self.job;
         let _running = RunningGuard::new(&self.running, &job.name);
         let cancel = self.shutdown.child_token();
@@ -238,7 +316,9 @@ impl JobTask {
             cancel: cancel.clone(),
         };
         tracing::info!(target: TARGET, job = ?job.name, instant = %Rfc3339(instant), "round started");
-        metrics::start_delay(self.clock.now().as_millis() - instant.as_millis());
+        let late = self.clock.now().as_millis() - instant.as_millis();
+        let _ = span.record("late_ms", late);
+        metrics::start_delay(late, job.per_job_metrics.then_some(&job.name));
         let started = Instant::now();
         let run = job.run.clone();
         // The function is called on the task, so that a panic in it, before
@@ -250,7 +330,7 @@ impl JobTask {
             }
             .in_current_span(),
         ));
-        let out = (&mut task.0).await;
+        let out = self.watching(instant, &mut task.0).await;
         let end = self.clock.now();
         let ending = match &out {
             Ok((result, ended)) => self.ending(instant, result, *ended),

@@ -102,6 +102,7 @@ pub(crate) struct JobState {
     pub(crate) schedule: Schedule,
     pub(crate) per_instance: bool,
     pub(crate) policy: Policy,
+    pub(crate) per_job_metrics: bool,
     pub(crate) run: JobFn,
 }
 
@@ -257,6 +258,7 @@ impl SchedulerBuilder {
                 schedule,
                 per_instance: job.per_instance,
                 policy: Policy::of(job.missed, job.per_instance, self.look_back),
+                per_job_metrics: job.per_job_metrics,
                 run: job.run,
             }));
         }

@@ -100,6 +100,8 @@ async fn rounds_overruns_delays_and_sweeps_are_counted() {
         Some(1.0),
         "tick's long round"
     );
+    // Counted as 20 s came, while the round still runs.
+    assert_eq!(rec.counter(names::STILL_RUNNING, &[("then", "skipped")]), 1);
     until(&store, 45_000).await;
     running.stop().await.unwrap();
 
@@ -107,6 +109,7 @@ async fn rounds_overruns_delays_and_sweeps_are_counted() {
     assert_eq!(rec.counter(names::CLAIMS, &scheduled("claimed")), 2);
     assert_eq!(rec.counter(names::CLAIMS, &scheduled("skipped")), 0);
     assert_eq!(rec.counter(names::OVERRUN_SKIPPED, &[]), 2);
+    assert_eq!(rec.counter(names::STILL_RUNNING, &[("then", "skipped")]), 2);
     assert_eq!(
         rec.counter(
             names::ROUNDS,
@@ -125,7 +128,7 @@ async fn rounds_overruns_delays_and_sweeps_are_counted() {
     assert_eq!(rec.gauge(names::RUNNING, &[]), Some(0.0));
     assert_eq!(
         rec.counter_label_keys("lease_scheduler_"),
-        ["outcome", "round"],
+        ["outcome", "round", "then"],
         "never the job's name"
     );
 }
@@ -219,4 +222,73 @@ async fn an_instant_given_up_after_database_errors_is_counted() {
     assert_eq!(rec.counter(names::CLAIMS, &scheduled("gave_up")), 1);
     assert_eq!(rec.counter(names::CLAIMS, &scheduled("claimed")), 1);
     assert_eq!(rec.counter(names::ROUNDS, &scheduled("ran")), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_lateness_is_also_recorded_by_job_for_the_jobs_that_ask() {
+    let rec = Recorded::default();
+    let _recorder = metrics::set_default_local_recorder(&rec);
+    let store = TestStore::new();
+    let scheduler = Scheduler::builder(leases(&store))
+        .job(Job::new("watched", "@every 10s", |_round| async { Ok(()) }).per_job_metrics())
+        .job(
+            Job::new("local", "@every 10s", |_round| async { Ok(()) })
+                .per_instance()
+                .per_job_metrics(),
+        )
+        .job(Job::new("plain", "@every 10s", |_round| async { Ok(()) }))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler);
+    until(&store, 31_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(rec.histogram(names::START_DELAY).len(), 9, "every job's");
+    for job in ["watched", "local"] {
+        let delays = rec.histogram_with(names::JOB_START_DELAY, &[("job", job)]);
+        assert_eq!(delays.len(), 3, "{job}: {delays:?}");
+        assert!(delays.iter().all(|&d| d < 0.1), "on time: {delays:?}");
+    }
+    assert_eq!(
+        rec.histogram_with(names::JOB_START_DELAY, &[("job", "plain")]),
+        Vec::<f64>::new()
+    );
+    assert_eq!(rec.histogram(names::JOB_START_DELAY).len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn instants_a_backfill_defers_are_counted_as_deferred() {
+    let rec = Recorded::default();
+    let _recorder = metrics::set_default_local_recorder(&rec);
+    let store = TestStore::new();
+    let first = Arc::new(AtomicBool::new(true));
+    let scheduler = Scheduler::builder(leases(&store))
+        .job(
+            Job::new("tick", "@every 10s", move |_round| {
+                let long = first.swap(false, Ordering::SeqCst);
+                async move {
+                    if long {
+                        sleep(secs(25)).await;
+                    }
+                    Ok(())
+                }
+            })
+            .missed(lease_scheduler::MissedRuns::Backfill {
+                look_back: secs(3_600),
+            }),
+        )
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let running = start(scheduler);
+    until(&store, 41_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        rec.counter(names::STILL_RUNNING, &[("then", "deferred")]),
+        2
+    );
+    assert_eq!(rec.counter(names::STILL_RUNNING, &[("then", "skipped")]), 0);
+    assert_eq!(rec.counter(names::OVERRUN_SKIPPED, &[]), 0);
+    // 10 s ran to 35 s; 20 s and 30 s ran after it; 40 s on time.
+    assert_eq!(rec.counter(names::ROUNDS, &[("outcome", "ran")]), 4);
 }

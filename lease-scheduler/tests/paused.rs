@@ -1346,3 +1346,50 @@ async fn backfill_runs_an_instant_the_database_did_not_answer_for() {
         );
     }
 }
+
+/// Issue 26, item 5: a round still running when its job's next instant
+/// comes is told of as that instant comes, with what becomes of it.
+#[tokio::test(start_paused = true)]
+async fn a_round_still_running_at_the_next_instant_is_told_of_as_it_comes() {
+    for (policy, then) in [
+        (MissedRuns::Latest, "then=skipped"),
+        (
+            MissedRuns::Backfill {
+                look_back: secs(3_600),
+            },
+            "then=deferred",
+        ),
+    ] {
+        let (logs, _guard) = Logs::capture();
+        let store = TestStore::new();
+        let rounds = Rounds::default();
+        let scheduler = Scheduler::builder(leases(&store, "a"))
+            .job(
+                recording("tick", "@every 10s", &store, &rounds, |_round| async {
+                    sleep(secs(15)).await;
+                    Ok(())
+                })
+                .missed(policy),
+            )
+            .build()
+            .unwrap();
+        until(&store, 1_000).await;
+        let running = start(scheduler, secs(30));
+        until(&store, 21_000).await;
+        let told = logs.matching(&[
+            "WARN",
+            "round still running at the job's next instant",
+            "job=\"tick\"",
+            "instant=2025-12-01T10:00:10.000Z",
+            "next=2025-12-01T10:00:20.000Z",
+            then,
+        ]);
+        assert_eq!(told.len(), 1, "{policy:?}: {:#?}", logs.lines());
+        assert_eq!(
+            logs.matching(&["round finished"]),
+            Vec::<String>::new(),
+            "told while it runs"
+        );
+        running.stop().await.unwrap();
+    }
+}

@@ -66,6 +66,17 @@ impl Recorded {
             .collect()
     }
 
+    /// The samples of the histograms named `name` with these labels (and
+    /// any others).
+    pub fn histogram_with(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        let histograms = self.histograms.lock().unwrap();
+        histograms
+            .iter()
+            .filter(|(k, _)| matches(k, name, labels))
+            .flat_map(|(_, v)| v.0.lock().unwrap().clone())
+            .collect()
+    }
+
     /// The label keys of every counter whose name starts with `prefix`,
     /// sorted, each once.
     pub fn counter_label_keys(&self, prefix: &str) -> Vec<String> {
