@@ -1393,3 +1393,117 @@ async fn a_round_still_running_at_the_next_instant_is_told_of_as_it_comes() {
         running.stop().await.unwrap();
     }
 }
+
+/// A zone, when the store's clock starts (UTC ms), a fixed-time schedule,
+/// and the instants of it and of `@hourly` expected.
+type DstCase = (
+    &'static str,
+    i64,
+    &'static str,
+    [&'static str; 1],
+    [&'static str; 4],
+);
+
+/// Issue 26, item 4: the scheduler itself across the 2026 daylight-saving
+/// changes of Europe/Berlin and America/New_York (the crate docs' table),
+/// for a fixed time, an hourly and an every-minute job, from 30 minutes
+/// before the change to three hours after it.
+#[tokio::test(start_paused = true)]
+async fn across_daylight_saving_changes_each_job_runs_the_instants_of_the_table() {
+    let cases: [DstCase; 4] = [
+        (
+            "Europe/Berlin",
+            1_774_740_600_000, // 2026-03-28T23:30:00Z
+            "30 2 * * *",
+            ["2026-03-29T01:00:00.000Z"],
+            [
+                "2026-03-29T00:00:00.000Z",
+                "2026-03-29T01:00:00.000Z",
+                "2026-03-29T02:00:00.000Z",
+                "2026-03-29T03:00:00.000Z",
+            ],
+        ),
+        (
+            "Europe/Berlin",
+            1_792_884_600_000, // 2026-10-24T23:30:00Z
+            "30 2 * * *",
+            ["2026-10-25T00:30:00.000Z"],
+            [
+                "2026-10-25T00:00:00.000Z",
+                "2026-10-25T01:00:00.000Z",
+                "2026-10-25T02:00:00.000Z",
+                "2026-10-25T03:00:00.000Z",
+            ],
+        ),
+        (
+            "America/New_York",
+            1_772_947_800_000, // 2026-03-08T05:30:00Z
+            "30 2 * * *",
+            ["2026-03-08T07:00:00.000Z"],
+            [
+                "2026-03-08T06:00:00.000Z",
+                "2026-03-08T07:00:00.000Z",
+                "2026-03-08T08:00:00.000Z",
+                "2026-03-08T09:00:00.000Z",
+            ],
+        ),
+        (
+            "America/New_York",
+            1_793_507_400_000, // 2026-11-01T04:30:00Z
+            "30 1 * * *",
+            ["2026-11-01T05:30:00.000Z"],
+            [
+                "2026-11-01T05:00:00.000Z",
+                "2026-11-01T06:00:00.000Z",
+                "2026-11-01T07:00:00.000Z",
+                "2026-11-01T08:00:00.000Z",
+            ],
+        ),
+    ];
+    for (zone, t0, fixed, want_fixed, want_hourly) in cases {
+        let store = TestStore::starting_at(t0);
+        let ran: Arc<Mutex<Vec<(&'static str, i64)>>> = Arc::default();
+        let job = |name: &'static str, schedule: &str| {
+            let ran = ran.clone();
+            Job::new(name, schedule, move |round: Round| {
+                ran.lock()
+                    .unwrap()
+                    .push((name, round.instant().as_millis()));
+                async { Ok(()) }
+            })
+            .time_zone(zone)
+        };
+        let scheduler = Scheduler::builder(leases(&store, "a"))
+            .job(job("fixed", fixed))
+            .job(job("hourly", "@hourly"))
+            .job(job("minutely", "* * * * *"))
+            .build()
+            .unwrap();
+        let running = start(scheduler, secs(5));
+        sleep(secs(3 * 3600 + 30 * 60 + 30)).await;
+        running.stop().await.unwrap();
+        let ran = ran.lock().unwrap().clone();
+        let of = |name: &str| -> Vec<i64> {
+            ran.iter()
+                .filter(|(n, _)| *n == name)
+                .map(|&(_, t)| t)
+                .collect()
+        };
+        let show = |ts: Vec<i64>| -> Vec<String> {
+            ts.into_iter()
+                .map(|t| lease_core::UtcMillis::from_millis(t).to_string())
+                .collect()
+        };
+        assert_eq!(show(of("fixed")), want_fixed, "{zone} from {t0}");
+        assert_eq!(show(of("hourly")), want_hourly, "{zone} from {t0}");
+        // Every real minute, once: 210 of them, 60 s apart.
+        let minutes = of("minutely");
+        assert_eq!(minutes.len(), 210, "{zone} from {t0}");
+        assert_eq!(minutes[0], t0 + 60_000);
+        assert!(
+            minutes.windows(2).all(|w| w[1] - w[0] == 60_000),
+            "{zone} from {t0}: {:?}",
+            show(minutes)
+        );
+    }
+}

@@ -73,8 +73,13 @@ pub struct TestStore {
 
 impl TestStore {
     pub fn new() -> Self {
+        Self::starting_at(T0)
+    }
+
+    /// A store whose clock starts at `t0` (UTC ms) instead of `T0`.
+    pub fn starting_at(t0: i64) -> Self {
         TestStore {
-            inner: Arc::new(MemoryStore::new().migrated().on_tokio_clock(T0)),
+            inner: Arc::new(MemoryStore::new().migrated().on_tokio_clock(t0)),
             state: Arc::default(),
         }
     }
