@@ -16,6 +16,10 @@
 //! The last replica's own rounds cut short by its shutdown at the end have no
 //! peer left to run them again, and are not expected to.
 //!
+//! Beside it, the backfill scenario (issue 26, item 3): two replicas with
+//! `MissedRuns::Backfill` run every instant missed since the last on record,
+//! once each, in order, one at a time, through each database's claim.
+//!
 //! PostgreSQL and MariaDB come from `LEASE_TEST_POSTGRES_URL` and
 //! `LEASE_TEST_MYSQL_URL`: unset, the test is skipped with a note; unset
 //! under `CI=true`, it fails.
@@ -33,8 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use history::{FinishRecorder, JOBS, Outcome, Rec, job_of, wall_ms};
+use lease_core::UtcMillis;
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
-use lease_scheduler::{Job, Round, Scheduler};
+use lease_scheduler::{Job, MissedRuns, Round, Scheduler};
 use tokio::time::{Instant, sleep};
 
 const WORK: Duration = Duration::from_millis(150);
@@ -255,6 +260,178 @@ fn check(history: &History, started: i64, stopped: i64) {
     let rerun_due = |r: &Rec| r.replica != "a";
     history::check(&recs, JOBS, started, stopped, rerun_due);
     history::planted_bugs_are_caught(&recs, JOBS, started, stopped, rerun_due);
+}
+
+/// A round of the backfill scenario: its instant, replica, start and end
+/// (wall ms).
+#[derive(Debug, Clone)]
+struct Backfilled {
+    instant: i64,
+    #[expect(dead_code, reason = "shown when an assertion fails")]
+    replica: &'static str,
+    catch_up: bool,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+/// Issue 26, item 3, on a real database: a job `@every 1s` last ran 6 s ago;
+/// two replicas start with `MissedRuns::Backfill`, rounds of 300 ms. Every
+/// instant after the last one on record runs once, in order, never two at
+/// once, with no gap, and the job catches up with the instants that came
+/// meanwhile.
+async fn backfill_scenario(stores: [Arc<dyn LeaseStore>; 2]) {
+    let name = unique("backfill-");
+    let leases = Leases::from_arc(stores[0].clone()).with_timings(timings());
+    leases.migrate().await.unwrap();
+    let now = leases.now().await.unwrap().as_millis();
+    let last = (now / 1_000 - 6) * 1_000;
+    let handle = leases
+        .claim_instant(&Scheduler::lease_name(&name), UtcMillis::from_millis(last))
+        .await
+        .unwrap()
+        .expect("the first claim of a fresh name");
+    handle.finish(UtcMillis::from_millis(last)).await.unwrap();
+
+    let rounds: Arc<Mutex<Vec<Backfilled>>> = Arc::default();
+    let mut replicas = Vec::new();
+    for (store, replica) in stores.into_iter().zip(["a", "b"]) {
+        let rounds = rounds.clone();
+        let job = Job::new(name.clone(), "@every 1s", move |round: Round| {
+            let rounds = rounds.clone();
+            async move {
+                let start_ms = wall_ms();
+                sleep(Duration::from_millis(300)).await;
+                rounds.lock().unwrap().push(Backfilled {
+                    instant: round.instant().as_millis(),
+                    replica,
+                    catch_up: round.is_catch_up(),
+                    start_ms,
+                    end_ms: wall_ms(),
+                });
+                Ok(())
+            }
+        })
+        .missed(MissedRuns::Backfill {
+            look_back: Duration::from_secs(60),
+        });
+        let leases = Leases::from_arc(store)
+            .with_timings(timings())
+            .with_instance(replica)
+            .unwrap();
+        let scheduler = Scheduler::builder(leases)
+            .sweep_interval(Duration::from_millis(100))
+            .job(job)
+            .build()
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(5)).await });
+        replicas.push(Replica { shutdown, task });
+    }
+    // Six missed instants of 300 ms each (about 2 s), and then the ones that
+    // came meanwhile, with room for a loaded machine.
+    sleep(Duration::from_millis(6_000)).await;
+    for r in replicas {
+        r.shutdown.cancel();
+        r.task.await.unwrap().unwrap();
+    }
+    let mut all = rounds.lock().unwrap().clone();
+    all.sort_by_key(|r| r.start_ms);
+    let instants: Vec<i64> = all.iter().map(|r| r.instant).collect();
+    let expected: Vec<i64> = (1..=i64::try_from(all.len()).unwrap())
+        .map(|k| last + k * 1_000)
+        .collect();
+    assert_eq!(
+        instants, expected,
+        "each instant after the last on record once, in order, no gap: {all:#?}"
+    );
+    assert!(
+        instants.len() >= 6,
+        "at least the six missed instants ran: {all:#?}"
+    );
+    assert!(
+        all.iter().take(6).all(|r| r.catch_up),
+        "the missed ones are catch-ups: {all:#?}"
+    );
+    for pair in all.windows(2) {
+        assert!(
+            pair[1].start_ms >= pair[0].end_ms,
+            "two rounds at once: {pair:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let open = || -> Arc<dyn LeaseStore> {
+        Arc::new(
+            lease_sqlite::SqliteStoreBuilder::from_path(&path)
+                .with_busy_timeout(Duration::from_millis(250))
+                .build()
+                .unwrap(),
+        )
+    };
+    backfill_scenario([open(), open()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_on_postgres() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let table = unique("lsbf_");
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = lease_postgres::PostgresStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .with_timings(&timings())
+            .connect()
+            .await
+            .expect("connect to LEASE_TEST_POSTGRES_URL");
+        stores.push(store);
+    }
+    let dyns: Vec<Arc<dyn LeaseStore>> = stores
+        .iter()
+        .map(|s| Arc::new(s.clone()) as Arc<dyn LeaseStore>)
+        .collect();
+    backfill_scenario(dyns.try_into().unwrap()).await;
+    let client = stores[0].pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_on_mysql() {
+    use mysql_async::prelude::Queryable as _;
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let table = unique("lsbf_");
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = lease_mysql::MySqlStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .with_timings(&timings())
+            .connect()
+            .await
+            .expect("connect to LEASE_TEST_MYSQL_URL");
+        stores.push(store);
+    }
+    let dyns: Vec<Arc<dyn LeaseStore>> = stores
+        .iter()
+        .map(|s| Arc::new(s.clone()) as Arc<dyn LeaseStore>)
+        .collect();
+    backfill_scenario(dyns.try_into().unwrap()).await;
+    let mut conn = stores[0].pool().get_conn().await.unwrap();
+    conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
