@@ -37,7 +37,8 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 /// Cron jobs on a [`Leases`] coordinator: each instant of each job runs once
 /// across the replicas that run the same scheduler, a round cut short runs
 /// once more, and the last instant missed while no replica ran is caught up
-/// once as the scheduler starts. See the crate docs for the whole contract.
+/// once as the scheduler starts (each job may choose otherwise, see
+/// [`MissedRuns`]). See the crate docs for the whole contract.
 ///
 /// Built with [`Scheduler::builder`]; driven by [`Scheduler::run`].
 ///
