@@ -1507,3 +1507,69 @@ async fn across_daylight_saving_changes_each_job_runs_the_instants_of_the_table(
         );
     }
 }
+
+/// A backfilled round cut short (its lease lost) stops the backfill; the
+/// sweep runs it again once, before the backfill goes on with the later
+/// instants: none of them gives it up.
+#[tokio::test(start_paused = true)]
+async fn a_backfilled_round_cut_short_is_run_again_before_the_later_instants() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    ran_before(&store, NAME, -40 * MIN);
+    let rounds = Rounds::default();
+    let calls = Arc::new(AtomicU32::new(0));
+    let job = recording(
+        "tick",
+        "0 */10 * * * *",
+        &store,
+        &rounds,
+        move |round: Round| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    until_cancelled(round).await?;
+                }
+                Ok(())
+            }
+        },
+    )
+    .missed(MissedRuns::Backfill {
+        look_back: secs(3_600),
+    });
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(job)
+        .build()
+        .unwrap();
+    until(&store, 5 * MIN).await;
+    store.lose(NAME);
+    let running = start(scheduler, secs(30));
+    // Lost at the first renewal (2 s); the lease expires 15 s after the claim.
+    until(&store, 5 * MIN + 3_000).await;
+    store.unlose(NAME);
+    until(&store, 10 * MIN + 1_000).await;
+    running.stop().await.unwrap();
+    let all = rounds.all();
+    let instants: Vec<(i64, bool)> = all.iter().map(|s| (s.instant, s.rerun)).collect();
+    assert_eq!(
+        instants,
+        [
+            (-30 * MIN, false),
+            (-30 * MIN, true),
+            (-20 * MIN, false),
+            (-10 * MIN, false),
+            (0, false),
+            (10 * MIN, false),
+        ],
+        "{all:#?}"
+    );
+    // The rerun came once the lease expired and a sweep found it.
+    assert!(
+        (5 * MIN + 15_000..5 * MIN + 35_000).contains(&all[1].started),
+        "{all:#?}"
+    );
+    assert_eq!(
+        logs.matching(&["gave up a round cut short"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(store.row(NAME).unwrap().unfinished_slot_ms, 0);
+}
