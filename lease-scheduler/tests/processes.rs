@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use history::{FinishRecorder, Outcome, Rec, job_of, wall_ms};
+use history::{Excuses, FinishRecorder, Outcome, Rec, job_of, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
 use lease_scheduler::{Job, Round, Scheduler};
 
@@ -102,6 +102,88 @@ fn log(file: &Mutex<File>, line: &str) {
     file.flush().unwrap();
 }
 
+/// The scheduler's events that give instants up (see [`Excuses`]), written
+/// to the replica's log as `gaveup <job> <from> <to>` lines.
+struct GivenUp {
+    file: Arc<Mutex<File>>,
+}
+
+/// An event's fields, as text.
+#[derive(Default)]
+struct Fields(Vec<(&'static str, String)>);
+
+impl Fields {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// An RFC 3339 time field, in ms since the epoch.
+    fn time(&self, name: &str) -> Option<i64> {
+        let text = self.get(name)?;
+        chrono::DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    }
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name(), format!("{value:?}")));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.push((field.name(), value.to_owned()));
+    }
+}
+
+impl tracing::Subscriber for GivenUp {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target().starts_with("lease_scheduler")
+            && *metadata.level() <= tracing::Level::WARN
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let message = fields.get("message").unwrap_or_default();
+        // `job` is logged as Debug: a quoted name, `"<prefix>-<i>"`.
+        let Some(job) = fields.get("job").and_then(|j| {
+            j.trim_matches('"')
+                .rsplit_once('-')?
+                .1
+                .parse::<usize>()
+                .ok()
+        }) else {
+            return;
+        };
+        let range = if message.starts_with("gave up the instant") {
+            fields.time("instant").map(|i| (i, i + 1))
+        } else if message.starts_with("instants missed") {
+            fields.time("first_missed").zip(fields.time("next"))
+        } else {
+            None
+        };
+        if let Some((from, to)) = range {
+            log(&self.file, &format!("gaveup {job} {from} {to}"));
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 /// A replica: run by the parent test as a child process.
 #[test]
 #[ignore = "a replica process of the cross-process tests: they run it"]
@@ -119,6 +201,7 @@ fn replica_process() {
             .open(var(LOG))
             .unwrap(),
     ));
+    tracing::subscriber::set_global_default(GivenUp { file: file.clone() }).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -194,6 +277,9 @@ struct Log {
     ready: Option<i64>,
     stopping: Option<i64>,
     recs: Vec<Rec>,
+    /// (job, from, to): the instants `from..to` of the job this replica's
+    /// scheduler gave up.
+    given_up: Vec<(usize, i64, i64)>,
 }
 
 fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
@@ -201,6 +287,7 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
         ready: None,
         stopping: None,
         recs: Vec::new(),
+        given_up: Vec::new(),
     };
     let Ok(file) = File::open(path) else {
         return log;
@@ -248,6 +335,11 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
                     rec.finished = true;
                 }
             }
+            ("gaveup", 4) => log.given_up.push((
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )),
             // A line cut by the kill, or still being written.
             _ => {}
         }
@@ -339,12 +431,19 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
         .max()
         .unwrap();
     let stopped = a.stopping.unwrap().min(b.stopping.unwrap());
+    let mut excuses = Excuses::default();
+    for (replica, log, died) in [("a", &a, None), ("b", &b, None), ("c", &c, Some(killed_at))] {
+        excuses.replicas.push((replica.to_owned(), died));
+        for &(job, from, to) in &log.given_up {
+            excuses.given_up.push((replica.to_owned(), job, from, to));
+        }
+    }
     let recs: Vec<Rec> = [a.recs, b.recs, c.recs].concat();
     // Rounds cut short by the survivors' own shutdowns at the end have no
     // peer left to run them again; the killed replica's must have run again.
     let rerun_due = |r: &Rec| r.outcome == Outcome::Dropped;
-    history::check(&recs, JOBS, started, stopped, rerun_due);
-    history::planted_bugs_are_caught(&recs, JOBS, started, stopped, rerun_due);
+    history::check_with(&recs, JOBS, started, stopped, rerun_due, &excuses);
+    history::planted_bugs_are_caught_with(&recs, JOBS, started, stopped, rerun_due, &excuses);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
