@@ -15,6 +15,7 @@ use crate::handle::Handle;
 use crate::info::LeaseInfo;
 use crate::leases::Leases;
 use crate::name::validate_name;
+use crate::state::EndCause;
 
 /// The prefix of every leader's name: `leases.leader("billing")` campaigns
 /// for `leader:billing`.
@@ -130,6 +131,13 @@ pub enum StepDown {
     /// The work returned by itself (or failed, or panicked); the name is
     /// given back and the campaign goes on.
     WorkReturned,
+    /// This replica was asked to resign
+    /// ([`Leases::request_resign`](crate::Leases::request_resign)): the
+    /// work's context ended with [`EndCause::Resigned`](crate::EndCause::Resigned),
+    /// it wound down under the lease, and the name was given back. The
+    /// campaign goes on after sitting out one attempt, so that another
+    /// replica takes over.
+    Resigned,
 }
 
 impl fmt::Display for StepDown {
@@ -138,6 +146,7 @@ impl fmt::Display for StepDown {
             StepDown::Lost(cause) => write!(f, "lease lost: {cause}"),
             StepDown::ShuttingDown => f.write_str("shutting down"),
             StepDown::WorkReturned => f.write_str("the work returned"),
+            StepDown::Resigned => f.write_str("asked to resign"),
         }
     }
 }
@@ -312,7 +321,9 @@ impl Leader {
     /// this replica wins.
     ///
     /// `work` is called once per tenure with the tenure's context, which ends
-    /// when the lease is lost or `shutdown` is cancelled; the work should
+    /// when the lease is lost, `shutdown` is cancelled, or this replica is
+    /// asked to resign ([`Leases::request_resign`](crate::Leases::request_resign):
+    /// the name is given back once the work returns); the work should
     /// return then (after a loss it has the grace to, then its task is
     /// aborted, see [`crate::run`]). A database that does not answer is
     /// logged and asked again at the next attempt: `run` returns only at
@@ -343,9 +354,19 @@ impl Leader {
                 Ok(Some(handle)) => {
                     known = None;
                     expiry.forget();
-                    self.tenure(handle, shutdown, &mut work).await;
+                    let reason = self.tenure(handle, shutdown, &mut work).await;
                     if shutdown.is_cancelled() {
                         break;
+                    }
+                    if reason == StepDown::Resigned {
+                        // Sit out one attempt: the followers ask within
+                        // one interval, and one of them takes over.
+                        let pause = self.interval + jitter(self.jitter);
+                        tokio::select! {
+                            biased;
+                            () = shutdown.cancelled() => break,
+                            () = tokio::time::sleep(pause) => {}
+                        }
                     }
                 }
                 Ok(None) => {
@@ -410,7 +431,12 @@ impl Leader {
 
     /// One tenure: hold, run the work, work out why it ended, stop, give
     /// the name back unless lost.
-    async fn tenure<F, Fut>(&self, handle: Handle, shutdown: &CancellationToken, work: &mut F)
+    async fn tenure<F, Fut>(
+        &self,
+        handle: Handle,
+        shutdown: &CancellationToken,
+        work: &mut F,
+    ) -> StepDown
     where
         F: FnMut(LeaseContext) -> Fut,
         Fut: Future + Send + 'static,
@@ -435,6 +461,8 @@ impl Leader {
         holder.stop().await;
         let reason = if handle.lost() {
             StepDown::Lost(context.lost_cause().unwrap_or(LostCause::NotHolder))
+        } else if context.cause() == Some(EndCause::Resigned) {
+            StepDown::Resigned
         } else if shutdown.is_cancelled() {
             StepDown::ShuttingDown
         } else {
@@ -462,11 +490,13 @@ impl Leader {
             StepDown::Lost(_) => "lost",
             StepDown::ShuttingDown => "shutting_down",
             StepDown::WorkReturned => "work_returned",
+            StepDown::Resigned => "resigned",
         };
         crate::metrics::leader(&self.name, false, label);
         if let Some(f) = &self.callbacks.stopped {
             f(reason);
         }
+        reason
     }
 
     fn publish(&self, status: Leadership) {
@@ -696,6 +726,111 @@ mod tests {
         assert_eq!(won.len(), 2, "{claims:?}");
         shutdown.cancel();
         follower.await.unwrap().unwrap();
+    }
+
+    /// Issue 25, item 4: a leader asked to resign winds its work down while
+    /// it still holds the name, gives it back, and sits out one attempt;
+    /// the follower takes over at the next term, after the work ended.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_asked_to_resign_steps_down_and_a_follower_takes_over() {
+        let table = Arc::new(Table::new());
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stops = Arc::new(Mutex::new(Vec::new()));
+        let shutdown = CancellationToken::new();
+        let spawn = |instance: &'static str| {
+            let (log, stops) = (log.clone(), stops.clone());
+            let leader = replica(&table, instance)
+                .leader("billing")
+                .on_stopped_leading(move |why| stops.lock().unwrap().push((instance, why)));
+            let watch = leader.watch();
+            let shutdown = shutdown.clone();
+            let task = tokio::spawn(async move {
+                leader
+                    .run(&shutdown, move |ctx| {
+                        let log = log.clone();
+                        async move {
+                            log.lock()
+                                .unwrap()
+                                .push(format!("{instance} starts {}", ctx.term()));
+                            ctx.cancelled().await;
+                            // Winding down, still holding the name.
+                            sleep(Duration::from_secs(3)).await;
+                            assert!(!ctx.handle().lost());
+                            log.lock()
+                                .unwrap()
+                                .push(format!("{instance} ends {}", ctx.term()));
+                        }
+                    })
+                    .await
+            });
+            (watch, task)
+        };
+        let (mut a, a_task) = spawn("a");
+        a.changed().await.unwrap();
+        assert_eq!(*a.borrow(), Leadership::Leading { term: 1 });
+        let (b, b_task) = spawn("b");
+        sleep(Duration::from_secs(1)).await;
+
+        let asker = replica(&table, "operator");
+        assert_eq!(
+            asker.request_resign("leader:billing").await.unwrap(),
+            Some(1)
+        );
+        // The next renewal (within 2 s) tells the leader; its work winds
+        // down for 3 s; the follower asks within 6 s of that.
+        sleep(Duration::from_secs(12)).await;
+        assert_eq!(*b.borrow(), Leadership::Leading { term: 2 });
+        assert!(!a.borrow().is_leading());
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["a starts 1", "a ends 1", "b starts 2"],
+            "the resigned work ended before the successor's started"
+        );
+        assert_eq!(*stops.lock().unwrap(), [("a", StepDown::Resigned)]);
+        // The request was for term 1 only: the new leader keeps leading.
+        sleep(Duration::from_secs(30)).await;
+        assert_eq!(*b.borrow(), Leadership::Leading { term: 2 });
+        shutdown.cancel();
+        a_task.await.unwrap().unwrap();
+        b_task.await.unwrap().unwrap();
+    }
+
+    /// A resign request aimed at a term that has passed does nothing: the
+    /// leader of a later term is not asked.
+    #[tokio::test(start_paused = true)]
+    async fn a_resign_request_for_a_passed_term_does_nothing() {
+        let table = Arc::new(Table::new());
+        let first = replica(&table, "a").leader("billing");
+        let mut first_status = first.watch();
+        let stop_first = CancellationToken::new();
+        let first_task = tokio::spawn({
+            let shutdown = stop_first.clone();
+            async move { first.run(&shutdown, lead).await }
+        });
+        first_status.changed().await.unwrap();
+        stop_first.cancel();
+        first_task.await.unwrap().unwrap();
+
+        let stops = Arc::new(Mutex::new(Vec::new()));
+        let s = stops.clone();
+        let second = replica(&table, "b")
+            .leader("billing")
+            .on_stopped_leading(move |why| s.lock().unwrap().push(why));
+        let mut status = second.watch();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { second.run(&shutdown, lead).await }
+        });
+        status.changed().await.unwrap();
+        assert_eq!(*status.borrow(), Leadership::Leading { term: 2 });
+        let asker = replica(&table, "operator");
+        assert!(!asker.request_resign_at("leader:billing", 1).await.unwrap());
+        sleep(Duration::from_secs(30)).await;
+        assert_eq!(*status.borrow(), Leadership::Leading { term: 2 });
+        shutdown.cancel();
+        task.await.unwrap().unwrap();
+        assert_eq!(*stops.lock().unwrap(), [StepDown::ShuttingDown]);
     }
 
     /// A follower of a live leader keeps to its campaign interval: the

@@ -891,6 +891,55 @@ mod tests {
         );
     }
 
+    /// Issue 25, item 4: a lock's run asked to resign: the work's context
+    /// ends with `Resigned`, the work winds down under the lease and its
+    /// output is returned, the name is given back, and a waiting lock takes
+    /// it at the next term.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_asked_to_resign_winds_down_and_hands_the_lock_over() {
+        let (table, leases) = setup();
+        let other = Leases::from_arc(table.clone())
+            .with_instance("web-2")
+            .unwrap();
+        let running = tokio::spawn(async move {
+            other
+                .lock("report")
+                .try_run(|ctx| async move {
+                    ctx.cancelled().await;
+                    let cause = ctx.cause();
+                    sleep(Duration::from_secs(1)).await;
+                    (cause, ctx.handle().lost(), Instant::now())
+                })
+                .await
+        });
+        sleep(Duration::from_millis(100)).await;
+        let waiting = tokio::spawn({
+            let leases = leases.clone();
+            async move {
+                leases
+                    .lock("report")
+                    .run_waiting(|ctx| async move { (ctx.term(), Instant::now()) })
+                    .await
+            }
+        });
+        sleep(Duration::from_millis(100)).await;
+        assert_eq!(leases.request_resign("lock:report").await.unwrap(), Some(1));
+        let (cause, lost, ended) = running.await.unwrap().unwrap();
+        assert_eq!(cause, Some(crate::EndCause::Resigned));
+        assert!(!lost, "a resign is no loss");
+        let (term, started) = waiting.await.unwrap().unwrap();
+        assert_eq!(term, 2);
+        assert!(
+            started >= ended,
+            "the successor started after the work ended"
+        );
+        assert_eq!(
+            leases.request_resign("lock:report").await.unwrap(),
+            None,
+            "nobody holds it now"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn run_waiting_outlasts_a_database_that_does_not_answer() {
         let (table, leases) = setup();
