@@ -626,25 +626,19 @@ async fn a_round_asked_to_resign_is_cut_short_and_rerun_once() {
     let causes = Arc::new(Mutex::new(Vec::new()));
     let job = |instance: &'static str| {
         let causes = causes.clone();
-        recording(
-            "tick",
-            "@every 1h",
-            &store,
-            &rounds,
-            move |round: Round| {
-                let causes = causes.clone();
-                async move {
-                    if round.is_rerun() {
-                        return Ok(());
-                    }
-                    round.cancelled().await;
-                    let cause = round.lease().and_then(|l| l.cause());
-                    causes.lock().unwrap().push((instance, cause));
-                    round.check()?;
-                    Ok(())
+        recording("tick", "@every 1h", &store, &rounds, move |round: Round| {
+            let causes = causes.clone();
+            async move {
+                if round.is_rerun() {
+                    return Ok(());
                 }
-            },
-        )
+                round.cancelled().await;
+                let cause = round.lease().and_then(|l| l.cause());
+                causes.lock().unwrap().push((instance, cause));
+                round.check()?;
+                Ok(())
+            }
+        })
     };
     let a = Scheduler::builder(leases(&store, "a"))
         .job(job("a"))
