@@ -130,8 +130,11 @@ impl Lock {
     ///
     /// The work receives the [`LeaseContext`]: it ends when the lease is lost
     /// (or the cancellation of [`with_cancellation`](Lock::with_cancellation)
-    /// fires), carries the term, and is what the guarded transactions of the
-    /// backends take.
+    /// fires, or the holder is asked to resign:
+    /// [`Leases::request_resign`], [`EndCause::Resigned`](crate::EndCause::Resigned),
+    /// no loss: the lease is kept while the work winds down and the call
+    /// returns its output), carries the term, and is what the guarded
+    /// transactions of the backends take.
     ///
     /// # Errors
     ///
