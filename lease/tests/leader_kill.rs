@@ -204,59 +204,68 @@ async fn resign_scenario(url: &str) -> Result<(), String> {
         .map_err(|_| "the first elector did not lead within 30 s".to_owned())?;
     let mut second = spawn(url, &table.name, &name, "resign-b");
     tokio::time::sleep(Duration::from_secs(1)).await; // it campaigns, and follows
-    let outcome = async {
-        let asked = observer.request_resign(&full).await.unwrap();
-        if asked != Some(term) {
-            return Err(format!("request_resign asked {asked:?}, not term {term}"));
-        }
-        let (resigned, ended) = first
-            .resigned
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| "the leader was not told of the request within 10 s".to_owned())?;
-        let (next, started) = second
-            .leading
-            .recv_timeout(Duration::from_secs(15))
-            .map_err(|_| "the follower did not take over within 15 s".to_owned())?;
-        println!(
-            "  resigned at term {resigned}, its work ended {} ms before the successor's began",
-            started - ended
-        );
-        if resigned != term || next != term + 1 {
-            return Err(format!(
-                "terms: resigned {resigned}, successor {next}; expected {term} and {}",
-                term + 1
-            ));
-        }
-        if started < ended {
-            return Err(format!(
-                "the successor claimed at {started}, before the resigned work ended at {ended} \
-                 by the database clock"
-            ));
-        }
-        // A request aimed at the passed term does nothing.
-        if observer.request_resign_at(&full, term).await.unwrap() {
-            return Err(format!(
-                "a request at the passed term {term} asked the new leader"
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await; // several renewals
-        if let Ok(again) = second.resigned.try_recv() {
-            return Err(format!(
-                "the new leader resigned on a passed term's request: {again:?}"
-            ));
-        }
-        let now = observer.get(&full).await.unwrap().unwrap();
-        if (now.instance.as_str(), now.term, now.held()) != ("resign-b", term + 1, true) {
-            return Err(format!("the new leader does not lead on: {now}"));
-        }
-        Ok(())
-    }
-    .await;
+    let outcome = resign_checks(&observer, &full, term, &mut first, &mut second).await;
     for elector in [&mut first, &mut second] {
         elector.child.kill().unwrap();
         let _ = elector.child.wait().unwrap();
     }
     outcome
+}
+
+/// The checks of [`resign_scenario`], on its two electors (`first` leads
+/// at `term`).
+async fn resign_checks(
+    observer: &Leases,
+    full: &str,
+    term: u64,
+    first: &mut Elector,
+    second: &mut Elector,
+) -> Result<(), String> {
+    let asked = observer.request_resign(full).await.unwrap();
+    if asked != Some(term) {
+        return Err(format!("request_resign asked {asked:?}, not term {term}"));
+    }
+    let (resigned, ended) = first
+        .resigned
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| "the leader was not told of the request within 10 s".to_owned())?;
+    let (next, started) = second
+        .leading
+        .recv_timeout(Duration::from_secs(15))
+        .map_err(|_| "the follower did not take over within 15 s".to_owned())?;
+    println!(
+        "  resigned at term {resigned}, its work ended {} ms before the successor's began",
+        started - ended
+    );
+    if resigned != term || next != term + 1 {
+        return Err(format!(
+            "terms: resigned {resigned}, successor {next}; expected {term} and {}",
+            term + 1
+        ));
+    }
+    if started < ended {
+        return Err(format!(
+            "the successor claimed at {started}, before the resigned work ended at {ended} \
+             by the database clock"
+        ));
+    }
+    // A request aimed at the passed term does nothing.
+    if observer.request_resign_at(full, term).await.unwrap() {
+        return Err(format!(
+            "a request at the passed term {term} asked the new leader"
+        ));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await; // several renewals
+    if let Ok(again) = second.resigned.try_recv() {
+        return Err(format!(
+            "the new leader resigned on a passed term's request: {again:?}"
+        ));
+    }
+    let now = observer.get(full).await.unwrap().unwrap();
+    if (now.instance.as_str(), now.term, now.held()) != ("resign-b", term + 1, true) {
+        return Err(format!("the new leader does not lead on: {now}"));
+    }
+    Ok(())
 }
 
 fn env_url(var: &str) -> Option<String> {
