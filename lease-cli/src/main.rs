@@ -28,7 +28,7 @@ macro_rules! exit_codes {
   0    success
   1    error: the database could not be reached or refused, or a check failed
   2    usage error, or a command refused (release without --force)
-  3    no such lease (show, release)
+  3    no such lease (show, release, resign)
   101  a bug in lease (it panicked): please report it"
     };
 }
@@ -52,6 +52,7 @@ macro_rules! command_help {
   lease ls leader:
   lease show leader:billing
   lease watch leader:billing
+  lease resign leader:billing
   lease release lock:nightly-report --force
   lease ls --table app_leases
 
@@ -140,12 +141,17 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Free a held lease now; prints the term it freed. Needs --force.
+    /// Free a held lease now; prints the term it freed. Needs --force (see
+    /// `resign` for a lease whose work is still running).
     #[command(after_help = command_help!("\
 Reads the lease, then frees it only if it is still held at the term read, so a
 lease that changed hands in between is left alone (exit code 1, run again).
 The holder finds the lease gone at its next renewal and stops its work; the
 next claim takes the next term. A lease already free is left as it is.
+
+Until then the holder's work may still be running, beside a successor's: for
+anything whose work is still running, use `lease resign NAME` instead, which
+lets the holder wind its work down before it gives the name back.
 
 So: 0 when freed (or already free), 1 on an error or when it changed hands,
 2 without --force, 3 when there is no such lease.
@@ -158,6 +164,26 @@ Examples:
         /// Confirm: the holder loses the lease while its work may be running.
         #[arg(long)]
         force: bool,
+    },
+    /// Ask a lease's holder to step down gracefully; prints the term asked.
+    #[command(after_help = command_help!("\
+Reads the lease, then records a resign request for the term read only, so a
+lease that changed hands in between is left alone (exit code 1, run again).
+The holder learns of the request at its next renewal: its work's context ends
+(not a loss), the work winds down while the holder keeps the lease, then the
+name is given back and a follower takes it at the next term. A leader sits
+out one campaign attempt; a scheduler's round is cut short and runs again
+once. Unlike `release --force`, no successor starts while the work runs.
+
+So: 0 when asked (or nothing held), 1 on an error or when it changed hands,
+3 when there is no such lease.
+
+Examples:
+  lease resign leader:billing
+  lease resign cron:nightly-report"))]
+    Resign {
+        /// The lease's name.
+        name: String,
     },
     /// Create the lease table if it does not exist.
     #[command(after_help = command_help!("\
@@ -274,7 +300,9 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             code: 2,
             message: format!(
                 "refusing to release {} without --force: its holder loses the lease \
-                 while its work may still be running",
+                 while its work may still be running (`lease resign {}` asks it to step \
+                 down once its work has wound down)",
+                escape(name),
                 escape(name)
             ),
         });
@@ -287,7 +315,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
     };
     let access = match cli.command {
         Command::Migrate => Access::Create,
-        Command::Release { .. } => Access::Write,
+        Command::Release { .. } | Command::Resign { .. } => Access::Write,
         Command::Ls { .. } | Command::Show { .. } | Command::Watch { .. } | Command::Check => {
             Access::Read
         }
@@ -316,6 +344,7 @@ async fn run(cli: Cli) -> Result<(), Exit> {
             json,
         } => watch(&db, &name, Duration::from_millis(interval), json).await,
         Command::Release { name, .. } => release(&db, &name).await,
+        Command::Resign { name } => resign(&db, &name).await,
         Command::Migrate => {
             db.leases.migrate().await?;
             say!(
@@ -486,6 +515,49 @@ async fn release(db: &Db, name: &str) -> Result<(), Exit> {
                 None => Err(not_found(name)),
             }
         }
+    }
+}
+
+async fn resign(db: &Db, name: &str) -> Result<(), Exit> {
+    let info = db.leases.get(name).await?.ok_or_else(|| not_found(name))?;
+    if !info.held() {
+        say!(
+            "{} is not held ({}, term {}): nobody to ask",
+            escape(name),
+            info.state(),
+            info.term
+        );
+        return Ok(());
+    }
+    if db.leases.request_resign_at(name, info.term).await? {
+        say!(
+            "asked {} to resign {} at term {}: it gives the name back once its work has wound \
+             down",
+            escape(&info.instance),
+            escape(name),
+            info.term
+        );
+        return Ok(());
+    }
+    match db.leases.get(name).await? {
+        Some(now) if now.term != info.term => Err(Exit::error(format!(
+            "{} changed hands while its holder was being asked to resign (term {} is now {}, \
+             held by {}): nobody asked; run again to ask the new holder",
+            escape(name),
+            info.term,
+            now.term,
+            escape(&now.instance)
+        ))),
+        Some(now) => {
+            say!(
+                "{} is not held ({}, term {}): nobody to ask",
+                escape(name),
+                now.state(),
+                now.term
+            );
+            Ok(())
+        }
+        None => Err(not_found(name)),
     }
 }
 

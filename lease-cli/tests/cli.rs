@@ -265,6 +265,43 @@ async fn release_needs_force_then_frees_the_term(db: &Db) {
     assert_code(&out, 3);
 }
 
+/// Issue 25, item 4: `lease resign NAME` asks the holder at the term read;
+/// its context ends with `Resigned` at its next renewal, not a loss; a
+/// name not held has nobody to ask, and a missing one is exit code 3.
+async fn resign_asks_the_holder_to_step_down(db: &Db) {
+    migrated(db).await;
+    let name = format!("{}leader", unique("resign"));
+    let a = replica(db, "replica-a").await;
+    let held = a.claim(&name).await.unwrap().unwrap();
+    let holder = held.hold(&dblease::CancellationToken::new());
+    let ctx = holder.context().clone();
+
+    let out = lease(db, &["resign", &name]).await;
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("asked replica-a to resign") && stdout(&out).contains("at term 1"),
+        "prints who was asked and the term: {}",
+        stdout(&out)
+    );
+    tokio::time::timeout(PATIENCE, ctx.cancelled())
+        .await
+        .expect("the holder was not told within its renewals");
+    assert_eq!(ctx.cause(), Some(dblease::EndCause::Resigned));
+    assert!(!held.lost(), "a resign is no loss");
+    holder.stop().await;
+    held.release().await.unwrap();
+    let b = replica(db, "replica-b").await;
+    let next = b.claim(&name).await.unwrap().expect("given back");
+    assert_eq!(next.term(), 2);
+    next.release().await.unwrap();
+
+    let out = lease(db, &["resign", &name]).await;
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("nobody to ask"), "{}", stdout(&out));
+    let out = lease(db, &["resign", &format!("{name}-missing")]).await;
+    assert_code(&out, 3);
+}
+
 async fn check_reports_every_check(db: &Db) {
     migrated(db).await;
     let out = lease(db, &["check"]).await;
@@ -370,6 +407,13 @@ macro_rules! cases {
             async fn release_needs_force_then_frees_the_term() {
                 if let Some(db) = $url {
                     super::release_needs_force_then_frees_the_term(&db).await;
+                }
+            }
+
+            #[tokio::test]
+            async fn resign_asks_the_holder_to_step_down() {
+                if let Some(db) = $url {
+                    super::resign_asks_the_holder_to_step_down(&db).await;
                 }
             }
 
@@ -506,6 +550,7 @@ async fn every_help_lists_every_exit_code() {
         &["show", "--help"],
         &["watch", "--help"],
         &["release", "--help"],
+        &["resign", "--help"],
         &["migrate", "--help"],
         &["check", "--help"],
     ] {
@@ -650,6 +695,7 @@ async fn no_command_but_migrate_creates_an_sqlite_file() {
         &["watch", "job"],
         &["check"],
         &["release", "job", "--force"],
+        &["resign", "job"],
     ] {
         let out = lease_url(&url, args).await;
         assert_code(&out, 1);

@@ -98,11 +98,14 @@ macro_rules! __for_each_case {
             get_after_takeover_names_the_successor,
             list_reads_names_with_prefix_in_byte_order_up_to_limit,
             force_release_frees_only_the_term_read,
+            resign_request_reaches_only_the_holder_at_its_term,
+            resign_request_ends_with_its_term,
             statement_on_a_missing_table_says_to_migrate_and_is_not_retried,
             lock_runs_once_among_sixteen_lockers,
             lock_lost_during_its_work_reports_the_loss_with_the_output,
             leader_election_has_one_leader_and_hands_over_at_shutdown,
-            killed_leader_is_replaced_after_its_lease_expires
+            killed_leader_is_replaced_after_its_lease_expires,
+            leader_asked_to_resign_hands_over_to_a_follower
         }
     };
 }

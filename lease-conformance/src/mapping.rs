@@ -188,6 +188,14 @@ pub static MAPPING: &[(&str, &[&str])] = &[
         &["force_release_frees_only_the_term_read"],
     ),
     (
+        "resign on request (Rust addition, issue 25): the resign_term column asks the holder at one term only; its renewals report the request and still extend the lease; a leader asked hands over to a follower at the next term, its work ended first",
+        &[
+            "resign_request_reaches_only_the_holder_at_its_term",
+            "resign_request_ends_with_its_term",
+            "leader_asked_to_resign_hands_over_to_a_follower",
+        ],
+    ),
+    (
         "errors (Rust addition): a missing table is its own kind, says to migrate, and is not retryable",
         &["statement_on_a_missing_table_says_to_migrate_and_is_not_retried"],
     ),

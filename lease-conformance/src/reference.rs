@@ -151,4 +151,20 @@ pub const CAUGHT_BY: &[(Fault, &[&str])] = &[
         Fault::MissingTableUnclassified,
         &["statement_on_a_missing_table_says_to_migrate_and_is_not_retried"],
     ),
+    (
+        Fault::ResignIgnoresTerm,
+        &["resign_request_reaches_only_the_holder_at_its_term"],
+    ),
+    (
+        Fault::RenewHidesResign,
+        &[
+            "resign_request_reaches_only_the_holder_at_its_term",
+            "resign_request_ends_with_its_term",
+            "leader_asked_to_resign_hands_over_to_a_follower",
+        ],
+    ),
+    (
+        Fault::ResignOutlivesTerm,
+        &["resign_request_ends_with_its_term"],
+    ),
 ];

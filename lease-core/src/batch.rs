@@ -40,7 +40,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::{Instant, sleep_until};
 
 use crate::error::BoxError;
-use crate::store::LeaseStore;
+use crate::store::{LeaseStore, Renewed};
 use crate::token::Token;
 
 /// The most renewals one batch carries. PostgreSQL's `unnest` UPDATE renews
@@ -90,7 +90,7 @@ impl Config {
     }
 }
 
-type Reply = Result<Option<i64>, SharedError>;
+type Reply = Result<Option<Renewed>, SharedError>;
 
 struct Request {
     /// The handle's own, shared rather than copied per renewal.
@@ -138,7 +138,7 @@ impl Batcher {
         &self,
         name: &Arc<str>,
         token: &Arc<str>,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Request {

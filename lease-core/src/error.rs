@@ -584,6 +584,8 @@ pub enum Op {
     List,
     /// Freeing a lease whoever holds it.
     ForceRelease,
+    /// Asking a lease's holder to resign.
+    RequestResign,
 }
 
 impl fmt::Display for Op {
@@ -603,6 +605,7 @@ impl fmt::Display for Op {
             Op::Get => "read",
             Op::List => "listing",
             Op::ForceRelease => "forced release",
+            Op::RequestResign => "resign request",
         })
     }
 }

@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use crate::error::{BoxError, DbErrorKind, Op};
 use crate::guard_statement::GuardStatement;
 use crate::info::LeaseInfo;
-use crate::store::{ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Unfinished};
+use crate::store::{
+    ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Renewed, Unfinished,
+};
 use crate::timings::Timings;
 use crate::token::Token;
 
@@ -87,7 +89,7 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         self.before(Op::Renew).await?;
         self.inner().renew(name, token, lease_ms).await
     }
@@ -97,7 +99,7 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         self.before(Op::Renew).await?;
         self.inner().renew_many(leases, lease_ms).await
     }
@@ -154,6 +156,12 @@ pub trait ForwardingStore: Send + Sync + fmt::Debug + 'static {
         self.inner().force_release(name, term).await
     }
 
+    /// [`LeaseStore::request_resign`], forwarded.
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        self.before(Op::RequestResign).await?;
+        self.inner().request_resign(name, term).await
+    }
+
     /// [`LeaseStore::get`], forwarded.
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
         self.before(Op::Get).await?;
@@ -208,7 +216,7 @@ impl<T: ForwardingStore> LeaseStore for T {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         ForwardingStore::renew(self, name, token, lease_ms).await
     }
 
@@ -216,7 +224,7 @@ impl<T: ForwardingStore> LeaseStore for T {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         ForwardingStore::renew_many(self, leases, lease_ms).await
     }
 
@@ -254,6 +262,10 @@ impl<T: ForwardingStore> LeaseStore for T {
 
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
         ForwardingStore::force_release(self, name, term).await
+    }
+
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        ForwardingStore::request_resign(self, name, term).await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {

@@ -13,7 +13,7 @@ use crate::guard_statement::{GuardParams, GuardStatement};
 use crate::hold::Holder;
 use crate::leases::{Leases, bounded};
 use crate::state::HoldState;
-use crate::store::{FinishRequest, Finished, Unfinished};
+use crate::store::{FinishRequest, Finished, Renewed, Unfinished};
 use crate::time::UtcMillis;
 use crate::token::Token;
 
@@ -220,8 +220,9 @@ impl Handle {
 
     /// [`renew`](Handle::renew), bounded by `bound` instead of the statement
     /// timeout.
-    /// The database's now at the renewal, in UTC milliseconds.
-    pub(crate) async fn renew_within(&self, bound: Duration) -> Result<i64> {
+    /// The database's now at the renewal, in UTC milliseconds, and whether
+    /// the holder was asked to resign.
+    pub(crate) async fn renew_within(&self, bound: Duration) -> Result<Renewed> {
         let name = &self.inner.name;
         let started = Instant::now();
         let renewed = self.renew_bounded(bound).await;
@@ -234,7 +235,7 @@ impl Handle {
         renewed?.ok_or_else(|| Error::lost(name, LostCause::NotHolder))
     }
 
-    async fn renew_bounded(&self, bound: Duration) -> Result<Option<i64>> {
+    async fn renew_bounded(&self, bound: Duration) -> Result<Option<Renewed>> {
         let leases = &self.inner.leases;
         let (name, token) = (&self.inner.name, &self.inner.token);
         let renewed = match leases.batcher() {

@@ -13,6 +13,7 @@ use crate::context::LeaseContext;
 use crate::error::{Chain, Error, LostCause, Result};
 use crate::handle::Handle;
 use crate::state::EndCause;
+use crate::store::Renewed;
 use crate::timings::Timings;
 
 /// A lease being kept: its renewals run on a task of their own until the
@@ -153,7 +154,15 @@ async fn renewals(ctx: LeaseContext, stop: CancellationToken) {
         };
         last_attempt = start;
         match outcome {
-            Ok(db_ms) => {
+            Ok(Renewed {
+                now_ms: db_ms,
+                resign,
+            }) => {
+                if resign && ctx.cause().is_none() {
+                    tracing::info!("asked to resign; the work winds down while the lease is kept");
+                    crate::metrics::resigned(handle.name());
+                    ctx.end_with(EndCause::Resigned);
+                }
                 last_success = start;
                 last_answered = Instant::now();
                 ctx.set_deadline(start + timings.deadline());
@@ -383,6 +392,32 @@ mod tests {
             ]
         );
         assert!(!handle.lost());
+    }
+
+    /// Issue 25, item 4: a renewal that reports a resign request ends the
+    /// context with its own cause, not a loss, and the renewals go on
+    /// while the work winds down.
+    #[tokio::test(start_paused = true)]
+    async fn a_resign_request_ends_the_context_and_the_renewals_go_on() {
+        let store = ScriptedStore::new([Step::Renew, Step::Resign]);
+        let (_, handle) = claimed(&store).await;
+        let t0 = handle.claimed_at();
+        let holder = handle.hold(&CancellationToken::new());
+        let ctx = holder.context().clone();
+        sleep(ms(150)).await;
+        assert!(!ctx.is_cancelled(), "no request yet");
+        sleep(ms(100)).await;
+        assert!(ctx.is_cancelled(), "asked at the second renewal, 200 ms in");
+        assert_eq!(ctx.cause(), Some(EndCause::Resigned));
+        sleep(ms(600)).await; // past the deadline: the renewals went on
+        assert!(!handle.lost(), "a resign is no loss");
+        holder.stop().await;
+        assert_eq!(store.starts(t0), [100, 200, 300, 400, 500, 600, 700, 800]);
+        assert_eq!(
+            ctx.cause(),
+            Some(EndCause::Resigned),
+            "the first cause stays"
+        );
     }
 
     #[tokio::test(start_paused = true)]

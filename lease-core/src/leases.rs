@@ -457,6 +457,101 @@ impl Leases {
         Ok(freed)
     }
 
+    /// Asks whoever holds `name` now to resign: gracefully, unlike
+    /// [`force_release`](Leases::force_release). The request is recorded in
+    /// the lease's row for the holder's current term only; the holder learns
+    /// of it with its next renewal (within one renew interval, at no extra
+    /// round trip), its work's context ends with [`EndCause::Resigned`]
+    /// (not a loss: the renewals go on while the work winds down), and once
+    /// the work has returned the name is given back, for a follower to take
+    /// at the next term. A [`Leader`](crate::Leader) then sits out one
+    /// campaign attempt, so that another replica leads; a
+    /// [`Lock`](crate::Lock)'s run returns the work's output; a scheduler's
+    /// round is cut short, and runs again once elsewhere.
+    ///
+    /// Returns the term asked to resign, or `None` when nobody holds the
+    /// name. Two statements: [`get`](Leases::get), then
+    /// [`request_resign_at`](Leases::request_resign_at) that term (read
+    /// again, up to three times, should the name change hands between the
+    /// two).
+    ///
+    /// ```
+    /// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+    /// // Before maintenance: move the leadership off whichever node has it.
+    /// match leases.request_resign("leader:billing").await? {
+    ///     Some(term) => println!("the leader at term {term} will step down"),
+    ///     None => println!("nobody leads now"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL; [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call either recorded the request or did not.
+    ///
+    /// [`EndCause::Resigned`]: crate::EndCause::Resigned
+    pub async fn request_resign(&self, name: &str) -> Result<Option<u64>> {
+        for _ in 0..3 {
+            let Some(info) = self.get(name).await?.filter(LeaseInfo::held) else {
+                return Ok(None);
+            };
+            if self.request_resign_at(name, info.term).await? {
+                return Ok(Some(info.term));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Asks the holder of `name` to resign if its term is still `term` (read
+    /// with [`get`](Leases::get) just before) and it is held: see
+    /// [`request_resign`](Leases::request_resign). Returns whether the
+    /// holder at `term` is asked; `false` when the name changed hands since
+    /// (a later holder is never asked), or is free. One statement.
+    ///
+    /// ```
+    /// # async fn example(leases: lease_core::Leases) -> lease_core::Result<()> {
+    /// if let Some(info) = leases.get("lock:report").await? {
+    ///     if leases.request_resign_at("lock:report", info.term).await? {
+    ///         println!("asked {} to resign", info.instance);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] before any SQL; [`Error::Database`] or
+    /// [`Error::Timeout`] when the database does not answer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call either recorded the request or did not.
+    pub async fn request_resign_at(&self, name: &str, term: u64) -> Result<bool> {
+        validate_name(name)?;
+        let asked = self
+            .bounded(
+                Op::RequestResign,
+                Some(name),
+                self.shared.store.request_resign(name, term),
+            )
+            .await;
+        crate::metrics::resign_request(match &asked {
+            Ok(true) => "asked",
+            Ok(false) => "not_held",
+            Err(_) => "error",
+        });
+        let asked = asked?;
+        if asked {
+            tracing::info!(name = ?name, term, "resign requested");
+        }
+        Ok(asked)
+    }
+
     /// Reads the leases whose name starts with `prefix` (all of them for
     /// `""`), ordered by name, at most `limit`, as [`get`](Leases::get) reads
     /// one. One statement.

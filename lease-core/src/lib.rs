@@ -51,8 +51,8 @@ pub use name::{MAX_NAME_BYTES, validate_name};
 pub use run::run;
 pub use state::EndCause;
 pub use store::{
-    ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseStore, Unfinished,
-    renew_each, term_from_db,
+    ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseStore, Renewed,
+    Unfinished, renew_each, term_from_db,
 };
 pub use table::{TableName, TableNameError, TableRules};
 pub use time::{TimeOutOfRange, UtcMillis};

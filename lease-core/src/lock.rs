@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::capability::{GaveBack, jitter, release_detached};
+use crate::capability::{Expiry, GaveBack, jitter, release_detached};
 use crate::context::LeaseContext;
 use crate::error::{Error, LostCause};
 use crate::handle::Handle;
@@ -130,8 +130,11 @@ impl Lock {
     ///
     /// The work receives the [`LeaseContext`]: it ends when the lease is lost
     /// (or the cancellation of [`with_cancellation`](Lock::with_cancellation)
-    /// fires), carries the term, and is what the guarded transactions of the
-    /// backends take.
+    /// fires, or the holder is asked to resign:
+    /// [`Leases::request_resign`], [`EndCause::Resigned`](crate::EndCause::Resigned),
+    /// no loss: the lease is kept while the work winds down and the call
+    /// returns its output), carries the term, and is what the guarded
+    /// transactions of the backends take.
     ///
     /// # Errors
     ///
@@ -180,6 +183,14 @@ impl Lock {
     /// [`with_cancellation`](Lock::with_cancellation) fires. For jobs that
     /// must run, but one at a time. A database that does not answer is
     /// waited out the same way (logged as a warning).
+    ///
+    /// When the holder's lease runs out (by the database's clock) before
+    /// the next try would come, the claim is tried again 10 to 20 ms after
+    /// the expiry instead: a holder that died is replaced within its lease
+    /// and a few milliseconds, not its lease plus a retry interval. To know
+    /// the expiry, a refused claim reads the lock's row (one more
+    /// statement), but only when the expiry it read last may come before
+    /// the next try: with a live holder renewing, about once per lease.
     ///
     /// # Errors
     ///
@@ -246,16 +257,28 @@ impl Lock {
     {
         validate_name(&self.name)?;
         let retry = self.leases.timings().retry_interval();
+        let mut expiry = Expiry::default();
         loop {
             if self.cancel.is_cancelled() {
                 return Err(self.cancelled());
             }
             match self.leases.claim(&self.name).await {
                 Ok(Some(handle)) => return self.run_held(handle, work).await,
+                // Refused while waiting: when the holder's lease may run out
+                // before the next attempt, read the row for its time left
+                // (one more statement, only then), to ask at the expiry.
+                Ok(None)
+                    if deadline.is_none_or(|d| Instant::now() < d)
+                        && expiry.wants_read(Instant::now() + retry) =>
+                {
+                    let info = self.leases.get(&self.name).await.ok().flatten();
+                    expiry.learn(info.as_ref(), Instant::now());
+                }
                 Ok(None) => {}
                 // The database did not answer: a waiting caller waits it
                 // out; a caller that does not wait is told.
                 Err(e) if e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d) => {
+                    expiry.forget();
                     tracing::warn!(
                         name = ?self.name,
                         error = %crate::error::Chain(&e),
@@ -268,7 +291,7 @@ impl Lock {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(self.held().await);
             }
-            let mut next = now + retry + jitter(retry / 4);
+            let mut next = expiry.next(now + retry + jitter(retry / 4));
             if let Some(d) = deadline {
                 next = next.min(d);
             }
@@ -773,6 +796,150 @@ mod tests {
         assert!(
             waited >= Duration::from_secs(7) && waited <= Duration::from_millis(9_500),
             "taken at the first attempt after the release: {waited:?}"
+        );
+    }
+
+    /// Issue 25, item 2: a waiting lock whose holder died asks again just
+    /// after the holder's lease runs out, not at its next retry (2 s on).
+    #[tokio::test(start_paused = true)]
+    async fn run_waiting_claims_just_after_a_dead_holders_lease_runs_out() {
+        let (table, leases) = setup();
+        let _ = table.steal("lock:report", "web-2", 1_000);
+        let expires_at_ms = table.info("lock:report").unwrap().expires_at_ms;
+        let started = Instant::now();
+        let term = leases
+            .lock("report")
+            .run_waiting(|ctx| async move { ctx.term() })
+            .await
+            .unwrap();
+        assert_eq!(term, 2);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(1_010) && waited <= Duration::from_millis(1_020),
+            "taken 10 to 20 ms after the expiry, not at the retry 2 s on: {waited:?}"
+        );
+        let claims: Vec<(u64, bool)> = table.claims().iter().map(|c| (c.0, c.2)).collect();
+        assert_eq!(claims.len(), 2, "refused at once, then taken: {claims:?}");
+        assert_eq!(claims[0], (0, false));
+        // The work returned at once, and no time passed since.
+        let row = table.info("lock:report").unwrap();
+        assert!(
+            (expires_at_ms + 10..=expires_at_ms + 20).contains(&row.now_ms),
+            "claimed by the store's clock 10 to 20 ms after the expiry: {row:?}"
+        );
+    }
+
+    /// `run_within` asks at the expiry too, when it comes within the wait.
+    #[tokio::test(start_paused = true)]
+    async fn run_within_claims_at_the_expiry_within_its_wait() {
+        let (table, leases) = setup();
+        let _ = table.steal("lock:report", "web-2", 3_300);
+        let started = Instant::now();
+        let out = leases
+            .lock("report")
+            .run_within(Duration::from_secs(10), |_| async { 1 })
+            .await;
+        assert_eq!(out.unwrap(), 1);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(3_310) && waited <= Duration::from_millis(3_320),
+            "{waited:?}"
+        );
+        // An expiry after the wait: the last attempt is at the wait's end,
+        // and refused.
+        let _ = table.steal("lock:late", "web-2", 30_000);
+        let started = Instant::now();
+        let err = leases
+            .lock("late")
+            .run_within(Duration::from_secs(5), |_| async {})
+            .await
+            .unwrap_err();
+        assert!(err.is_held(), "{err:?}");
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+    }
+
+    /// Waiting on a live holder reads the row about once per lease, not at
+    /// every retry: its expiry only moves later.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_on_a_live_holder_reads_its_row_about_once_per_lease() {
+        let (table, leases) = setup();
+        let other = Leases::from_arc(table.clone())
+            .with_instance("web-2")
+            .unwrap();
+        let theirs = other.claim("lock:report").await.unwrap().unwrap();
+        let shutdown = CancellationToken::new();
+        let holder = theirs.hold(&shutdown);
+        let release = tokio::spawn(async move {
+            sleep(Duration::from_secs(45)).await;
+            holder.stop().await;
+            theirs.release().await.unwrap();
+        });
+        let started = Instant::now();
+        let term = leases
+            .lock("report")
+            .run_waiting(|ctx| async move { ctx.term() })
+            .await
+            .unwrap();
+        release.await.unwrap();
+        assert_eq!(term, 2);
+        assert!(started.elapsed() >= Duration::from_secs(45));
+        let refused = table.claims().iter().filter(|c| !c.2).count();
+        assert!(refused >= 17, "retried every 2 to 2.5 s: {refused}");
+        // Each read finds 13 to 15 s left; the next is due once that comes
+        // within a retry: 4 or 5 reads in 45 s.
+        let gets = table.gets();
+        assert!(
+            (3..=5).contains(&gets),
+            "{gets} reads for {refused} refusals"
+        );
+    }
+
+    /// Issue 25, item 4: a lock's run asked to resign: the work's context
+    /// ends with `Resigned`, the work winds down under the lease and its
+    /// output is returned, the name is given back, and a waiting lock takes
+    /// it at the next term.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_asked_to_resign_winds_down_and_hands_the_lock_over() {
+        let (table, leases) = setup();
+        let other = Leases::from_arc(table.clone())
+            .with_instance("web-2")
+            .unwrap();
+        let running = tokio::spawn(async move {
+            other
+                .lock("report")
+                .try_run(|ctx| async move {
+                    ctx.cancelled().await;
+                    let cause = ctx.cause();
+                    sleep(Duration::from_secs(1)).await;
+                    (cause, ctx.handle().lost(), Instant::now())
+                })
+                .await
+        });
+        sleep(Duration::from_millis(100)).await;
+        let waiting = tokio::spawn({
+            let leases = leases.clone();
+            async move {
+                leases
+                    .lock("report")
+                    .run_waiting(|ctx| async move { (ctx.term(), Instant::now()) })
+                    .await
+            }
+        });
+        sleep(Duration::from_millis(100)).await;
+        assert_eq!(leases.request_resign("lock:report").await.unwrap(), Some(1));
+        let (cause, lost, ended) = running.await.unwrap().unwrap();
+        assert_eq!(cause, Some(crate::EndCause::Resigned));
+        assert!(!lost, "a resign is no loss");
+        let (term, started) = waiting.await.unwrap().unwrap();
+        assert_eq!(term, 2);
+        assert!(
+            started >= ended,
+            "the successor started after the work ended"
+        );
+        assert_eq!(
+            leases.request_resign("lock:report").await.unwrap(),
+            None,
+            "nobody holds it now"
         );
     }
 

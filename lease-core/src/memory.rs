@@ -29,7 +29,8 @@ use async_trait::async_trait;
 use crate::error::{BoxError, DbErrorKind};
 use crate::info::LeaseInfo;
 use crate::store::{
-    ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseStore, Unfinished,
+    ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseStore, Renewed,
+    Unfinished,
 };
 use crate::time::UtcMillis;
 use crate::token::Token;
@@ -94,6 +95,13 @@ pub enum Fault {
     ForceReleaseIgnoresTerm,
     /// A missing table is not told apart from a passing failure.
     MissingTableUnclassified,
+    /// A resign request asks whoever holds the name, whatever its term.
+    ResignIgnoresTerm,
+    /// A renewal never reports the resign request.
+    RenewHidesResign,
+    /// A resign request outlives its term: the renewals of the holders
+    /// after it report it too (a flag, where the column must hold a term).
+    ResignOutlivesTerm,
 }
 
 /// What every statement on a table not yet migrated fails with.
@@ -119,6 +127,8 @@ pub struct Row {
     pub unfinished_slot_ms: i64,
     /// The instant claimed a second time (0: none).
     pub rerun_slot_ms: i64,
+    /// The term whose holder was asked to resign (0: none).
+    pub resign_term: u64,
 }
 
 #[derive(Debug, Default)]
@@ -307,6 +317,18 @@ impl MemoryStore {
             slot_ms,
             unfinished_slot_ms: slot_ms,
             rerun_slot_ms: 0,
+            resign_term: 0,
+        }
+    }
+
+    /// Whether the renewal of `row` reports a resign request.
+    fn resign_asked(&self, row: &Row) -> bool {
+        if self.has(Fault::RenewHidesResign) {
+            false
+        } else if self.has(Fault::ResignOutlivesTerm) {
+            row.resign_term != 0
+        } else {
+            row.resign_term == row.term
         }
     }
 }
@@ -375,7 +397,7 @@ impl LeaseStore for MemoryStore {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let holder = token.expose();
         self.with(|t| {
             let now = self.now();
@@ -387,11 +409,15 @@ impl LeaseStore for MemoryStore {
                     if !self.has(Fault::RenewDoesNotExtend) {
                         row.expires_at_ms = now + lease_ms;
                     }
-                    if self.has(Fault::RenewReturnsStaleNow) {
-                        Ok(Some(now - 60_000))
+                    let now_ms = if self.has(Fault::RenewReturnsStaleNow) {
+                        now - 60_000
                     } else {
-                        Ok(Some(now))
-                    }
+                        now
+                    };
+                    Ok(Some(Renewed {
+                        now_ms,
+                        resign: self.resign_asked(row),
+                    }))
                 }
                 _ => Ok(None),
             }
@@ -403,7 +429,7 @@ impl LeaseStore for MemoryStore {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         crate::store::renew_each(self, leases, lease_ms).await
     }
 
@@ -585,6 +611,23 @@ impl LeaseStore for MemoryStore {
                         && row.expires_at_ms > now =>
                 {
                     row.expires_at_ms = 0;
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        let key = self.key(name);
+        self.with(|t| {
+            let now = self.now();
+            Ok(match t.rows.get_mut(&key) {
+                Some(row)
+                    if (row.term == term || self.has(Fault::ResignIgnoresTerm))
+                        && row.expires_at_ms > now =>
+                {
+                    row.resign_term = row.term;
                     true
                 }
                 _ => false,

@@ -11,7 +11,9 @@
 //! | `lease_lock_runs_total` | counter | `outcome` = `ran` / `held` / `lost` / `error` | `Lock` calls |
 //! | `lease_leader` | gauge | `name` | 1 while this process leads that election, else 0 |
 //! | `lease_guarded_transactions_total` | counter | `outcome` = `committed` / `failed` / `unknown` | guarded transactions of the backends (`failed`: lost, refused, rolled back, or not begun; nothing committed. `unknown`: `COMMIT` was sent and its answer lost) |
-//! | `lease_leader_transitions_total` | counter | `name`, `reason` = `elected` / `lost` / `shutting_down` / `work_returned` | changes of this process's leadership |
+//! | `lease_leader_transitions_total` | counter | `name`, `reason` = `elected` / `lost` / `shutting_down` / `work_returned` / `resigned` | changes of this process's leadership |
+//! | `lease_resign_requests_total` | counter | `outcome` = `asked` / `not_held` / `error` | resign requests this process sent ([`Leases::request_resign`](crate::Leases::request_resign)) |
+//! | `lease_resigns_total` | counter | `kind` | holders of this process asked to resign (learnt from a renewal) |
 //!
 //! `kind` is the name's prefix (`lock`, `leader`, `cron`) or `other`: never
 //! the name itself, so a process holding 100,000 leases does not make
@@ -42,6 +44,10 @@ pub mod names {
     pub const LEADER_TRANSITIONS: &str = "lease_leader_transitions_total";
     /// Guarded transactions by `outcome`.
     pub const GUARDED_TRANSACTIONS: &str = "lease_guarded_transactions_total";
+    /// Resign requests sent, by `outcome`.
+    pub const RESIGN_REQUESTS: &str = "lease_resign_requests_total";
+    /// Holders asked to resign, by `kind`.
+    pub const RESIGNS: &str = "lease_resigns_total";
 }
 
 /// The `kind` label of a name: its capability prefix.
@@ -95,6 +101,14 @@ impl Drop for Held {
 /// backend's.
 pub(crate) fn guarded_transaction(outcome: &'static str) {
     metrics::counter!(names::GUARDED_TRANSACTIONS, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn resign_request(outcome: &'static str) {
+    metrics::counter!(names::RESIGN_REQUESTS, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn resigned(name: &str) {
+    metrics::counter!(names::RESIGNS, "kind" => kind(name)).increment(1);
 }
 
 pub(crate) fn lock_run(outcome: &'static str) {

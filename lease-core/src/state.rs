@@ -31,6 +31,11 @@ pub enum EndCause {
     ParentCancelled,
     /// The holder stopped the renewals.
     Stopped,
+    /// The holder was asked to resign
+    /// ([`Leases::request_resign`](crate::Leases::request_resign)), and
+    /// learnt of it with a renewal. Not a loss: the renewals go on while
+    /// the work winds down, then the name is given back.
+    Resigned,
 }
 
 impl fmt::Display for EndCause {
@@ -39,6 +44,7 @@ impl fmt::Display for EndCause {
             EndCause::Lost(cause) => write!(f, "lease lost: {cause}"),
             EndCause::ParentCancelled => f.write_str("parent cancelled"),
             EndCause::Stopped => f.write_str("renewals stopped"),
+            EndCause::Resigned => f.write_str("asked to resign"),
         }
     }
 }
@@ -48,8 +54,9 @@ impl fmt::Display for EndCause {
 pub(crate) enum Phase {
     /// Claimed, and not ended: the work may act under it.
     Held,
-    /// The parent ended (the process is shutting down): the work winds down
-    /// while the renewals go on. Not a loss.
+    /// The parent ended (the process is shutting down), or the holder was
+    /// asked to resign: the work winds down while the renewals go on. Not a
+    /// loss.
     WindingDown,
     /// Known lost, and how. Final.
     Lost(LostCause),
@@ -67,6 +74,8 @@ pub(crate) enum Event {
     Lose(LostCause),
     /// The renewals stopped.
     Stop,
+    /// A renewal reported a request to resign.
+    Resign,
 }
 
 impl Event {
@@ -77,6 +86,7 @@ impl Event {
             EndCause::Lost(lost) => Event::Lose(lost),
             EndCause::ParentCancelled => Event::ParentEnded,
             EndCause::Stopped => Event::Stop,
+            EndCause::Resigned => Event::Resign,
         }
     }
 }
@@ -107,16 +117,20 @@ impl Record {
     ///   stop, keeping [`EndCause::ParentCancelled`] as the cause.
     pub(crate) fn next(self, event: Event) -> Option<Record> {
         let phase = match (self.phase, event) {
-            (Phase::Held, Event::ParentEnded) => Phase::WindingDown,
+            (Phase::Held, Event::ParentEnded | Event::Resign) => Phase::WindingDown,
             (Phase::Held | Phase::WindingDown, Event::Lose(cause)) => Phase::Lost(cause),
             (Phase::Held | Phase::WindingDown, Event::Stop) => Phase::Stopped,
-            (Phase::WindingDown | Phase::Lost(_) | Phase::Stopped, Event::ParentEnded)
+            (
+                Phase::WindingDown | Phase::Lost(_) | Phase::Stopped,
+                Event::ParentEnded | Event::Resign,
+            )
             | (Phase::Lost(_) | Phase::Stopped, Event::Lose(_) | Event::Stop) => return None,
         };
         let cause = self.cause.unwrap_or(match event {
             Event::ParentEnded => EndCause::ParentCancelled,
             Event::Lose(cause) => EndCause::Lost(cause),
             Event::Stop => EndCause::Stopped,
+            Event::Resign => EndCause::Resigned,
         });
         Some(Record {
             phase,
@@ -279,6 +293,18 @@ mod tests {
                 Event::Stop,
                 record(Phase::Stopped, Some(EndCause::ParentCancelled)),
             ),
+            // Asked to resign: winding down, not a loss; the renewals go
+            // on, and can still find it lost.
+            (
+                held,
+                Event::Resign,
+                record(Phase::WindingDown, Some(EndCause::Resigned)),
+            ),
+            (
+                record(Phase::WindingDown, Some(EndCause::Resigned)),
+                Event::Lose(NOT_HOLDER),
+                record(Phase::Lost(NOT_HOLDER), Some(EndCause::Resigned)),
+            ),
             // A context ended from outside (a cause-less cancel) then lost.
             (
                 held,
@@ -311,6 +337,9 @@ mod tests {
             (stopped, Event::ParentEnded),
             // Winding down once.
             (winding, Event::ParentEnded),
+            (winding, Event::Resign),
+            (lost, Event::Resign),
+            (stopped, Event::Resign),
         ];
         for (i, (from, event)) in cases.into_iter().enumerate() {
             assert_eq!(from.next(event), None, "case {i}: {from:?} on {event:?}");

@@ -26,6 +26,7 @@ use crate::token::Token;
 /// | `slot_ms` | the last instant on record (never decreasing); 0 if none |
 /// | `unfinished_slot_ms` | that instant again while its round has not run to its end, else 0 |
 /// | `rerun_slot_ms` | the last instant claimed a second time; 0 if none |
+/// | `resign_term` | the term whose holder was asked to resign ([`request_resign`](LeaseStore::request_resign)); 0 if none |
 ///
 /// The API says *instant* for a time a scheduler's job is due
 /// ([`claim_instant`](LeaseStore::claim_instant), [`Unfinished::instant`]);
@@ -93,13 +94,13 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     async fn claim(&self, claim: ClaimRequest<'_>) -> Result<Option<u64>, BoxError>;
 
     /// Extends the lease by `lease_ms` from the database's now, and returns
-    /// that now (`Some(now_ms)`) if `token` still held it, `None` if not
-    /// (lost).
+    /// that now, with whether the holder was asked to resign at its term
+    /// ([`Renewed`]), if `token` still held it, `None` if not (lost).
     ///
     /// ```sql
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
     ///  WHERE name = :name AND holder = :token AND expires_at_ms > :now
-    /// RETURNING :now
+    /// RETURNING :now, resign_term = term
     /// ```
     ///
     /// A renewal that writes the same expiry as the one before (two renewals
@@ -107,18 +108,22 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// one the statement compared and wrote with: the holder compares the
     /// database's elapsed time between two renewals with its own, and steps
     /// down when the database's clock jumped ahead
-    /// ([`LostCause::ClockJump`](crate::LostCause::ClockJump)).
+    /// ([`LostCause::ClockJump`](crate::LostCause::ClockJump)). The resign
+    /// request comes back with the renewal, so that the holder learns of it
+    /// at no extra round trip; a renewal asked to resign extends the lease
+    /// all the same (the holder winds its work down under it).
     async fn renew(
         &self,
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError>;
+    ) -> Result<Option<Renewed>, BoxError>;
 
     /// Renews many leases at once: for each `(name, token)` of `leases`, in
-    /// order, the database's now if that token still held the name (and so
-    /// had its lease extended by `lease_ms` from that now), `None` if not,
-    /// exactly as [`renew`](LeaseStore::renew) would answer for it. The now
+    /// order, the database's now and the resign request ([`Renewed`]) if
+    /// that token still held the name (and so had its lease extended by
+    /// `lease_ms` from that now), `None` if not, exactly as
+    /// [`renew`](LeaseStore::renew) would answer for it. The now
     /// may be read once for the whole batch, or once per lease, inside the
     /// call.
     ///
@@ -133,13 +138,13 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// UPDATE t SET expires_at_ms = :now + :lease_ms
     ///   FROM unnest(:names, :tokens) AS r(name, token)
     ///  WHERE t.name = r.name AND t.holder = r.token AND t.expires_at_ms > :now
-    /// RETURNING t.name, t.holder, :now
+    /// RETURNING t.name, t.holder, :now, t.resign_term = t.term
     /// ```
     async fn renew_many(
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError>;
+    ) -> Result<Vec<Option<Renewed>>, BoxError>;
 
     /// Returns the term if `token` still holds `name`, `None` if it does not
     /// (taken, released, or expired with no one to take it yet).
@@ -254,6 +259,21 @@ pub trait LeaseStore: Send + Sync + fmt::Debug + 'static {
     /// ```
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError>;
 
+    /// Asks the holder of `name` to resign, provided its term is still
+    /// `term` and it is held: an operator's graceful hand-over (the `lease
+    /// resign` of the command-line tool). The holder learns of it with its
+    /// next renewal ([`Renewed::resign`]), winds its work down while it
+    /// still holds the name, then gives it back. A later holder (another
+    /// term) is never asked. Returns whether the holder at `term` is asked
+    /// now (`false`: the name changed hands since `term` was read, or is
+    /// free); asking twice is asking once.
+    ///
+    /// ```sql
+    /// UPDATE t SET resign_term = term
+    ///  WHERE name = :name AND term = :term AND expires_at_ms > :now
+    /// ```
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError>;
+
     /// Reads `name`'s row with the database's clock, or `None` when the name
     /// was never claimed. One round trip; the holder token is not read.
     ///
@@ -354,6 +374,38 @@ pub struct ClaimRequest<'a> {
     pub lease_ms: i64,
 }
 
+/// What a renewal answers when the token still held the name
+/// ([`LeaseStore::renew`], [`LeaseStore::renew_many`]).
+///
+/// ```
+/// use lease_core::Renewed;
+///
+/// let renewed = Renewed::at(1_764_583_200_000);
+/// assert!(!renewed.resign);
+/// let asked = Renewed { resign: true, ..renewed };
+/// assert_eq!(asked.now_ms, 1_764_583_200_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Renewed {
+    /// The database's now the renewal compared and wrote with, in UTC ms.
+    pub now_ms: i64,
+    /// Whether the holder was asked to resign at its term
+    /// ([`LeaseStore::request_resign`]): the row's `resign_term` equals its
+    /// `term`.
+    pub resign: bool,
+}
+
+impl Renewed {
+    /// A renewal at `now_ms`, with no resign request.
+    pub fn at(now_ms: i64) -> Self {
+        Renewed {
+            now_ms,
+            resign: false,
+        }
+    }
+}
+
 /// What [`LeaseStore::finish`] records: the round of the instant
 /// `instant_ms` under `name` ran to its end; `passed_ms` is the last instant
 /// of its schedule to have come by then. `token` is the handle's, or `None`
@@ -406,7 +458,7 @@ pub enum InstantClaim {
 ///
 /// ```ignore
 /// async fn renew_many(&self, leases: &[(&str, Token<'_>)], lease_ms: i64)
-///     -> Result<Vec<Option<i64>>, BoxError> {
+///     -> Result<Vec<Option<Renewed>>, BoxError> {
 ///     lease_core::renew_each(self, leases, lease_ms).await
 /// }
 /// ```
@@ -418,7 +470,7 @@ pub async fn renew_each<S: LeaseStore + ?Sized>(
     store: &S,
     leases: &[(&str, Token<'_>)],
     lease_ms: i64,
-) -> Result<Vec<Option<i64>>, BoxError> {
+) -> Result<Vec<Option<Renewed>>, BoxError> {
     let mut held = Vec::with_capacity(leases.len());
     for (name, token) in leases {
         held.push(store.renew(name, *token, lease_ms).await?);
@@ -558,7 +610,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         (**self).renew(name, token, lease_ms).await
     }
 
@@ -566,7 +618,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         (**self).renew_many(leases, lease_ms).await
     }
 
@@ -604,6 +656,10 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
 
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
         (**self).force_release(name, term).await
+    }
+
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        (**self).request_resign(name, term).await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {

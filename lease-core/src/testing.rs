@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use tokio::time::{Instant, sleep};
 
 use crate::error::BoxError;
-use crate::store::{ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Unfinished};
+use crate::store::{
+    ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseStore, Renewed, Unfinished,
+};
 use crate::token::Token;
 use crate::{Handle, Leases, Timings};
 
@@ -25,6 +27,8 @@ use crate::{Handle, Leases, Timings};
 pub(crate) enum Step {
     /// Answers at once: renewed.
     Renew,
+    /// Answers at once: renewed, and asked to resign.
+    Resign,
     /// Answers at once: the database failed.
     Fail,
     /// Answers at once: the lease is no longer this holder's.
@@ -155,7 +159,7 @@ impl LeaseStore for ScriptedStore {
         Ok(Some(1))
     }
 
-    async fn renew(&self, _: &str, _: Token<'_>, _: i64) -> Result<Option<i64>, BoxError> {
+    async fn renew(&self, _: &str, _: Token<'_>, _: i64) -> Result<Option<Renewed>, BoxError> {
         let (index, mut step) = {
             let mut inner = self.inner.lock().unwrap();
             inner.attempts.push((Instant::now(), None));
@@ -179,7 +183,14 @@ impl LeaseStore for ScriptedStore {
                 }
                 Step::Renew => {
                     record.outcome = Outcome::Renewed;
-                    return Ok(Some(self.inner.lock().unwrap().db_now_ms()));
+                    return Ok(Some(Renewed::at(self.inner.lock().unwrap().db_now_ms())));
+                }
+                Step::Resign => {
+                    record.outcome = Outcome::Renewed;
+                    return Ok(Some(Renewed {
+                        now_ms: self.inner.lock().unwrap().db_now_ms(),
+                        resign: true,
+                    }));
                 }
                 Step::Fail => {
                     record.outcome = Outcome::Failed;
@@ -198,7 +209,7 @@ impl LeaseStore for ScriptedStore {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         self.inner.lock().unwrap().batches.push(leases.len());
         let mut held = Vec::with_capacity(leases.len());
         for (name, token) in leases {
@@ -243,6 +254,10 @@ impl LeaseStore for ScriptedStore {
     }
 
     async fn force_release(&self, _: &str, _: u64) -> Result<bool, BoxError> {
+        Err("not scripted".into())
+    }
+
+    async fn request_resign(&self, _: &str, _: u64) -> Result<bool, BoxError> {
         Err("not scripted".into())
     }
 

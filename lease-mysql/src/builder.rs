@@ -440,7 +440,9 @@ async fn check_server(pool: &Pool, sql: &Statements) -> Result<(), CheckError> {
         .map_err(|e| CheckError::Driver(driver_error(e)))?
     {
         Found::Incompatible(reason) => Err(CheckError::Table(reason)),
-        Found::Missing | Found::Usable => Ok(()),
+        // A missing table, or one without the columns added since, is
+        // `migrate`'s to create or complete.
+        Found::Missing | Found::Outdated | Found::Usable => Ok(()),
     }
 }
 

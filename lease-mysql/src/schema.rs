@@ -40,6 +40,10 @@ impl MySqlStore {
                 table: table.quoted().to_owned(),
                 reason: "it is not in information_schema after its creation".to_owned(),
             }),
+            Found::Outdated => Err(MySqlError::IncompatibleTable {
+                table: table.quoted().to_owned(),
+                reason: "it still lacks the column resign_term after adding it".to_owned(),
+            }),
             Found::Incompatible(reason) => Err(MySqlError::IncompatibleTable {
                 table: table.quoted().to_owned(),
                 reason,

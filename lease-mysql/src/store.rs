@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Renewed,
     TableName, Timings, Token, Unfinished,
 };
 use lease_sql::mysql::{self, Statements};
@@ -109,7 +109,7 @@ impl LeaseStore for MySqlStore {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let mut conn = self.conn().await?;
         let sql = &self.inner.sql;
         mysql::renew(&mut MyConn(&mut conn), sql, name, token, lease_ms).await
@@ -119,7 +119,7 @@ impl LeaseStore for MySqlStore {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         let mut conn = self.conn().await?;
         let sql = &self.inner.sql;
         mysql::renew_many(&mut MyConn(&mut conn), sql, leases, lease_ms).await
@@ -168,6 +168,11 @@ impl LeaseStore for MySqlStore {
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
         let mut conn = self.conn().await?;
         mysql::force_release(&mut MyConn(&mut conn), &self.inner.sql, name, term).await
+    }
+
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        let mut conn = self.conn().await?;
+        mysql::request_resign(&mut MyConn(&mut conn), &self.inner.sql, name, term).await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {

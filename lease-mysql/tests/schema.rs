@@ -17,6 +17,100 @@ use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, Pool};
 use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
 
+/// Issue 25, item 4: a table created by the previous schema (without
+/// `resign_term`) is given the column by `migrate`, keeps its leases, and
+/// carries resign requests after it; a second `migrate` changes nothing.
+#[tokio::test]
+async fn migrate_adds_the_resign_column_to_a_table_of_the_previous_schema() {
+    let Some(url) = common::url() else { return };
+    let table = unique("previous");
+    let admin = admin(&url);
+    exec(&admin, &format!("DROP TABLE IF EXISTS `{table}`")).await;
+    // The DDL of the previous version, and a lease held in it.
+    exec(
+        &admin,
+        &format!(
+            "CREATE TABLE `{table}` (\
+             name VARBINARY(191) NOT NULL, \
+             holder VARBINARY(64) NOT NULL, \
+             instance VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+             term BIGINT UNSIGNED NOT NULL, \
+             expires_at_ms BIGINT NOT NULL, \
+             slot_ms BIGINT NOT NULL DEFAULT 0, \
+             unfinished_slot_ms BIGINT NOT NULL DEFAULT 0, \
+             rerun_slot_ms BIGINT NOT NULL DEFAULT 0, \
+             PRIMARY KEY (name)) ENGINE = InnoDB"
+        ),
+    )
+    .await;
+    exec(
+        &admin,
+        &format!(
+            "INSERT INTO `{table}` (name, holder, instance, term, expires_at_ms) \
+             VALUES ('old', 'old-token', 'old-host', 7, 9223372036854775807)"
+        ),
+    )
+    .await;
+    let outcome = async {
+        let store = MySqlStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .connect()
+            .await
+            .map_err(|e| format!("connect to a table of the previous schema: {e}"))?;
+        let old_token = lease_core::Token::new("old-token");
+        let renew = |store: MySqlStore| async move {
+            lease_core::LeaseStore::renew(&store, "old", old_token, 15_000).await
+        };
+        if renew(store.clone()).await.is_ok() {
+            return Err("a renewal on the previous schema worked before migrate".to_owned());
+        }
+        store
+            .migrate()
+            .await
+            .map_err(|e| format!("migrate: {e:?}"))?;
+        store
+            .migrate()
+            .await
+            .map_err(|e| format!("migrate again: {e:?}"))?;
+        let leases = Leases::new(store.clone());
+        let old = leases
+            .get("old")
+            .await
+            .map_err(|e| format!("get: {e:?}"))?
+            .ok_or("the old lease is gone")?;
+        if (old.term, old.instance.as_str(), old.held()) != (7, "old-host", true) {
+            return Err(format!("the old lease changed: {old:?}"));
+        }
+        let asked = leases
+            .request_resign("old")
+            .await
+            .map_err(|e| format!("request_resign: {e:?}"))?;
+        if asked != Some(7) {
+            return Err(format!("the old holder was not asked: {asked:?}"));
+        }
+        let renewed = renew(store.clone())
+            .await
+            .map_err(|e| format!("renew: {e:?}"))?;
+        if !renewed.is_some_and(|r| r.resign) {
+            return Err(format!("the old holder's renewal: {renewed:?}"));
+        }
+        let handle = leases
+            .claim("job")
+            .await
+            .map_err(|e| format!("claim: {e:?}"))?
+            .ok_or("claim refused")?;
+        handle.renew().await.map_err(|e| format!("renew: {e:?}"))?;
+        handle
+            .release()
+            .await
+            .map_err(|e| format!("release: {e:?}"))
+    }
+    .await;
+    exec(&admin, &format!("DROP TABLE IF EXISTS `{table}`")).await;
+    outcome.unwrap();
+}
+
 /// Issue 16, item 3: `migrate()` needed `CREATE` even when the table
 /// existed (error 1142), though the documented privileges are `SELECT`,
 /// `INSERT` and `UPDATE`.

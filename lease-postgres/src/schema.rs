@@ -20,6 +20,10 @@
 //! 3. Should the create still race a session that does not take the lock
 //!    (an older tool, a human), the two catalog errors are retried once the
 //!    other session's table is committed.
+//!
+//! A table created by an earlier version, which lacks the columns added
+//! since (`resign_term`), is given them (`ALTER TABLE .. ADD COLUMN IF NOT
+//! EXISTS`, which needs the table's owner), then checked again.
 
 use deadpool_postgres::Pool;
 use lease_core::BoxError;
@@ -56,6 +60,19 @@ pub(crate) async fn migrate(
         match postgres::inspect(&mut conn, sql).await? {
             Found::Missing => {}
             Found::Usable => return Ok(()),
+            Found::Outdated => {
+                // A table of an earlier version: add the columns added
+                // since (`IF NOT EXISTS`: replicas may race), then look again.
+                if attempt >= MAX_ATTEMPTS {
+                    return Err(PostgresError::IncompatibleTable {
+                        table: sql.table().name().to_owned(),
+                        reason: "it still lacks the column resign_term after adding it".to_owned(),
+                    }
+                    .into());
+                }
+                client.batch_execute(sql.add_resign_column.text()).await?;
+                continue;
+            }
             Found::Incompatible(reason) => {
                 return Err(PostgresError::IncompatibleTable {
                     table: sql.table().name().to_owned(),

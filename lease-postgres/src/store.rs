@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
 use lease_core::{
     BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, InstantClaim, LeaseInfo,
-    LeaseStore, Timings, Token, Unfinished,
+    LeaseStore, Renewed, Timings, Token, Unfinished,
 };
 use lease_sql::postgres::{self, Statements};
 
@@ -156,7 +156,7 @@ impl LeaseStore for PostgresStore {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let client = self.client().await?;
         let sql = &self.inner.sql;
         postgres::renew(&mut self.conn(&client), sql, name, token, lease_ms).await
@@ -166,7 +166,7 @@ impl LeaseStore for PostgresStore {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         let client = self.client().await?;
         let sql = &self.inner.sql;
         postgres::renew_many(&mut self.conn(&client), sql, leases, lease_ms).await
@@ -215,6 +215,11 @@ impl LeaseStore for PostgresStore {
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
         let client = self.client().await?;
         postgres::force_release(&mut self.conn(&client), &self.inner.sql, name, term).await
+    }
+
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        let client = self.client().await?;
+        postgres::request_resign(&mut self.conn(&client), &self.inner.sql, name, term).await
     }
 
     async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {

@@ -73,6 +73,87 @@ async fn a_role_with_select_insert_update_only_migrates_an_existing_table() {
     outcome.unwrap();
 }
 
+/// Issue 25, item 4: a table created by the previous schema (without
+/// `resign_term`) is given the column by `migrate`, keeps its leases, and
+/// carries resign requests after it; a second `migrate` changes nothing.
+#[tokio::test]
+async fn migrate_adds_the_resign_column_to_a_table_of_the_previous_schema() {
+    let Some(url) = common::url() else { return };
+    let store = common::store_on_new_table(&url).await;
+    let table = store.table().to_owned();
+    // The DDL of the previous version, and a lease held in it.
+    exec(
+        &store,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS \"{table}\" ( \
+               name text COLLATE \"C\" NOT NULL PRIMARY KEY \
+                 CHECK (octet_length(name) BETWEEN 1 AND 191), \
+               holder text NOT NULL, \
+               instance text NOT NULL, \
+               term bigint NOT NULL, \
+               expires_at_ms bigint NOT NULL, \
+               slot_ms bigint NOT NULL DEFAULT 0, \
+               unfinished_slot_ms bigint NOT NULL DEFAULT 0, \
+               rerun_slot_ms bigint NOT NULL DEFAULT 0); \
+             INSERT INTO \"{table}\" (name, holder, instance, term, expires_at_ms) \
+               VALUES ('old', 'old-token', 'old-host', 7, 9223372036854775807)"
+        ),
+    )
+    .await;
+    let outcome = async {
+        let leases = Leases::new(store.clone());
+        let old_token = lease_core::Token::new("old-token");
+        if LeaseStore::renew(&store, "old", old_token, 15_000)
+            .await
+            .is_ok()
+        {
+            return Err("a renewal on the previous schema worked before migrate".to_owned());
+        }
+        leases
+            .migrate()
+            .await
+            .map_err(|e| format!("migrate: {e:?}"))?;
+        leases
+            .migrate()
+            .await
+            .map_err(|e| format!("migrate again: {e:?}"))?;
+        let old = leases
+            .get("old")
+            .await
+            .map_err(|e| format!("get: {e:?}"))?
+            .ok_or("the old lease is gone")?;
+        if (old.term, old.instance.as_str(), old.held()) != (7, "old-host", true) {
+            return Err(format!("the old lease changed: {old:?}"));
+        }
+        let asked = leases
+            .request_resign("old")
+            .await
+            .map_err(|e| format!("request_resign: {e:?}"))?;
+        if asked != Some(7) {
+            return Err(format!("the old holder was not asked: {asked:?}"));
+        }
+        let renewed = LeaseStore::renew(&store, "old", old_token, 15_000)
+            .await
+            .map_err(|e| format!("renew: {e:?}"))?;
+        if !renewed.is_some_and(|r| r.resign) {
+            return Err(format!("the old holder's renewal: {renewed:?}"));
+        }
+        let handle = leases
+            .claim("job")
+            .await
+            .map_err(|e| format!("claim: {e:?}"))?
+            .ok_or("claim refused")?;
+        handle.renew().await.map_err(|e| format!("renew: {e:?}"))?;
+        handle
+            .release()
+            .await
+            .map_err(|e| format!("release: {e:?}"))
+    }
+    .await;
+    common::drop_table(&store).await;
+    outcome.unwrap();
+}
+
 #[tokio::test]
 async fn an_existing_table_missing_a_column_is_refused_and_left_as_it_is() {
     let Some(url) = common::url() else { return };

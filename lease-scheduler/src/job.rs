@@ -195,9 +195,11 @@ impl Job {
 /// One round of a job: which job, which instant, under which term, and the
 /// cancellation the work stops on.
 ///
-/// The round's context ends when the scheduler shuts down, or when the
+/// The round's context ends when the scheduler shuts down, when the
 /// round's lease is lost (the database stopped answering its renewals, or
-/// someone took the name). Work that sees it end should stop, and return an
+/// someone took the name), or when its holder is asked to resign
+/// ([`Leases::request_resign`](lease_core::Leases::request_resign): the
+/// cause is [`EndCause::Resigned`](lease_core::EndCause::Resigned)). Work that sees it end should stop, and return an
 /// error (such as the one [`check`](Round::check) returns): the round then
 /// counts as cut short, and is given back to run once more (see the crate
 /// docs' *Settling*). Returning `Ok(())` says the round ran to its end.

@@ -616,6 +616,79 @@ async fn cut_short_by_shutdown_is_released_for_a_peer_to_rerun() {
     assert_eq!(warned.len(), 1, "{:#?}", logs.lines());
 }
 
+/// Issue 25, item 4: a round whose holder is asked to resign is cut short
+/// (its context ends with `Resigned`, not a loss), given back at once, and
+/// rerun once by a replica's sweep, at the next term.
+#[tokio::test(start_paused = true)]
+async fn a_round_asked_to_resign_is_cut_short_and_rerun_once() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let causes = Arc::new(Mutex::new(Vec::new()));
+    let job = |instance: &'static str| {
+        let causes = causes.clone();
+        recording("tick", "@every 1h", &store, &rounds, move |round: Round| {
+            let causes = causes.clone();
+            async move {
+                if round.is_rerun() {
+                    return Ok(());
+                }
+                round.cancelled().await;
+                let cause = round.lease().and_then(|l| l.cause());
+                causes.lock().unwrap().push((instance, cause));
+                round.check()?;
+                Ok(())
+            }
+        })
+    };
+    let a = Scheduler::builder(leases(&store, "a"))
+        .job(job("a"))
+        .catch_up_look_back(Duration::ZERO)
+        .sweep_interval(secs(1))
+        .build()
+        .unwrap();
+    let b = Scheduler::builder(leases(&store, "b"))
+        .job(job("b"))
+        .catch_up_look_back(Duration::ZERO)
+        .sweep_interval(secs(1))
+        .build()
+        .unwrap();
+    until(&store, 1_000).await;
+    let (a, b) = (start(a, secs(30)), start(b, secs(30)));
+    // The round of 11:00:00 runs.
+    until(&store, 3_605_000).await;
+    assert_eq!(rounds.instants(), [3_600_000]);
+    let operator = leases(&store, "operator");
+    assert_eq!(operator.request_resign(NAME).await.unwrap(), Some(1));
+    // Within a renewal (2 s) it is asked; within a sweep (1 s) it reruns.
+    until(&store, 3_610_000).await;
+    let all = rounds.all();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(
+        (all[1].instant, all[1].term, all[1].rerun),
+        (3_600_000, Some(2), true),
+        "rerun once, at the next term: {all:?}"
+    );
+    assert_eq!(
+        causes.lock().unwrap().first().map(|c| c.1),
+        Some(Some(lease_core::EndCause::Resigned))
+    );
+    let calls = store.calls();
+    assert!(
+        calls.contains(&Call::Release {
+            name: NAME.into(),
+            released: true
+        }),
+        "the resigned round gave the name back: {calls:?}"
+    );
+    // Never a third run.
+    until(&store, 3_630_000).await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    assert_eq!(rounds.all().len(), 2, "{:?}", rounds.all());
+    let row = store.row(NAME).unwrap();
+    assert_eq!(row.unfinished_slot_ms, 0, "the rerun finished it");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_round_that_returns_ok_after_the_shutdown_ran_to_its_end() {
     let store = TestStore::new();

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use lease_core::{
-    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseInfo, Token,
-    Unfinished, UtcMillis,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, InstantRecord, LeaseInfo,
+    Renewed, Token, Unfinished, UtcMillis,
 };
 
 use crate::conn::{Conn, Row, first};
@@ -46,14 +46,14 @@ pub(crate) fn padded<'a>(names: &[&'a str], slots: usize) -> Vec<&'a str> {
 }
 
 /// Which of `leases` a batch renewal found held, by the rows it returned
-/// (name, token, the database's now), in the order of `leases`.
+/// (name, token, what the renewal answered), in the order of `leases`.
 pub(crate) fn held(
     leases: &[(&str, Token<'_>)],
-    renewed: impl IntoIterator<Item = (String, String, i64)>,
-) -> Vec<Option<i64>> {
-    let renewed: HashMap<(String, String), i64> = renewed
+    renewed: impl IntoIterator<Item = (String, String, Renewed)>,
+) -> Vec<Option<Renewed>> {
+    let renewed: HashMap<(String, String), Renewed> = renewed
         .into_iter()
-        .map(|(name, token, now)| ((name, token), now))
+        .map(|(name, token, renewed)| ((name, token), renewed))
         .collect();
     leases
         .iter()
@@ -66,17 +66,26 @@ pub(crate) fn held(
 }
 
 /// Which of `leases` a batch renewal found held, by the rows it returned
-/// (`name, holder, now`, the name and the token read by `text`).
+/// (`name, holder, now, resign`, the name and the token read by `text`).
 pub(crate) fn renewed<R: Row>(
     leases: &[(&str, Token<'_>)],
     rows: &[R],
     text: impl Fn(&R, usize) -> Result<String, BoxError>,
-) -> Result<Vec<Option<i64>>, BoxError> {
+) -> Result<Vec<Option<Renewed>>, BoxError> {
     let rows = rows
         .iter()
-        .map(|row| Ok((text(row, 0)?, text(row, 1)?, row.int(2)?)))
+        .map(|row| Ok((text(row, 0)?, text(row, 1)?, renewal(row, 2)?)))
         .collect::<Result<Vec<_>, BoxError>>()?;
     Ok(held(leases, rows))
+}
+
+/// What a renewal answered, at columns `at` (the database's now) and
+/// `at + 1` (whether the holder was asked to resign).
+pub(crate) fn renewal(row: &impl Row, at: usize) -> Result<Renewed, BoxError> {
+    Ok(Renewed {
+        now_ms: row.int(at)?,
+        resign: row.flag(at + 1)?,
+    })
 }
 
 /// The rows of `get` and `list` decoded by `info`, those of `list` kept
@@ -180,6 +189,20 @@ pub(crate) async fn claim_rerun<C: Conn>(
 /// A forced release at `term`, on a dialect that stores terms signed: a
 /// term past `i64::MAX` is in no row, so nothing to free.
 pub(crate) async fn force_release<C: Conn>(
+    conn: &mut C,
+    statement: &Statement,
+    name: &str,
+    term: u64,
+) -> Result<bool, BoxError> {
+    if term_param(term).is_none() {
+        return Ok(false);
+    }
+    changed_one(conn, statement, &Args::new().name(name).term(term)).await
+}
+
+/// A resign request at `term`, on a dialect that stores terms signed: a
+/// term past `i64::MAX` is in no row, so nobody to ask.
+pub(crate) async fn request_resign<C: Conn>(
     conn: &mut C,
     statement: &Statement,
     name: &str,
@@ -410,12 +433,15 @@ macro_rules! returning_flows {
             name: &str,
             token: lease_core::Token<'_>,
             lease_ms: i64,
-        ) -> Result<Option<i64>, lease_core::BoxError> {
+        ) -> Result<Option<lease_core::Renewed>, lease_core::BoxError> {
             let args = $crate::Args::new()
                 .name(name)
                 .token(token)
                 .lease_ms(lease_ms);
-            $crate::common::int_of(conn, &sql.renew, &args).await
+            $crate::conn::first(conn, &sql.renew, &args)
+                .await?
+                .map(|row| $crate::common::renewal(&row, 0))
+                .transpose()
         }
 
         /// [`LeaseStore::release`](lease_core::LeaseStore::release).
@@ -472,6 +498,20 @@ macro_rules! returning_flows {
             term: u64,
         ) -> Result<bool, lease_core::BoxError> {
             $crate::common::force_release(conn, &sql.force_release, name, term).await
+        }
+
+        /// [`LeaseStore::request_resign`](lease_core::LeaseStore::request_resign).
+        ///
+        /// # Errors
+        ///
+        /// The driver's.
+        pub async fn request_resign<C: $crate::Conn>(
+            conn: &mut C,
+            sql: &Statements,
+            name: &str,
+            term: u64,
+        ) -> Result<bool, lease_core::BoxError> {
+            $crate::common::request_resign(conn, &sql.request_resign, name, term).await
         }
     };
 }
@@ -545,11 +585,15 @@ mod tests {
     #[test]
     fn a_batch_answers_in_the_order_of_its_leases() {
         let leases = [("a", Token::new("x")), ("b", Token::new("y"))];
+        let asked = Renewed {
+            now_ms: 7,
+            resign: true,
+        };
         let rows = [
-            ("b".to_owned(), "y".to_owned(), 7),
-            ("a".to_owned(), "other".to_owned(), 8),
+            ("b".to_owned(), "y".to_owned(), asked),
+            ("a".to_owned(), "other".to_owned(), Renewed::at(8)),
         ];
-        assert_eq!(held(&leases, rows), [None, Some(7)]);
+        assert_eq!(held(&leases, rows), [None, Some(asked)]);
         let (names, tokens) = split(&leases, 4);
         assert_eq!(names, ["a", "b", "b", "b"]);
         assert_eq!(tokens.len(), 4);

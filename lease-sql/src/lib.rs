@@ -18,7 +18,9 @@ pub use statement::{Args, BindError, Param, SqlType, Statement, Template, Value}
 /// another: the same on every dialect.
 pub const DEFAULT_TABLE: &str = "gst_leases";
 
-/// The columns the statements read and write, on every dialect.
+/// The columns the statements read and write, on every dialect, but for
+/// those added since the first schema ([`ADDED_COLUMNS`]): a table without
+/// one of these cannot carry leases.
 pub const COLUMNS: [&str; 8] = [
     "name",
     "holder",
@@ -30,6 +32,11 @@ pub const COLUMNS: [&str; 8] = [
     "rerun_slot_ms",
 ];
 
+/// The columns added since the first schema: `resign_term` (the term whose
+/// holder is asked to resign, 0 for none). `migrate` adds them to a table
+/// that lacks them ([`Found::Outdated`]).
+pub const ADDED_COLUMNS: [&str; 1] = ["resign_term"];
+
 /// What a store finds of an existing lease table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Found {
@@ -37,18 +44,25 @@ pub enum Found {
     Missing,
     /// The table can carry leases.
     Usable,
+    /// The table has every column of [`COLUMNS`] but lacks one of
+    /// [`ADDED_COLUMNS`] (it was created by an earlier version):
+    /// `migrate` adds it.
+    Outdated,
     /// The table exists but cannot carry leases, for this reason.
     Incompatible(String),
 }
 
 impl Found {
     /// [`Found::Incompatible`] when a column of [`COLUMNS`] is missing from
-    /// `have` (compared by `same`), [`Found::Usable`] otherwise.
+    /// `have` (compared by `same`), [`Found::Outdated`] when one of
+    /// [`ADDED_COLUMNS`] is, [`Found::Usable`] otherwise.
     ///
     /// ```
-    /// use lease_sql::{COLUMNS, Found};
+    /// use lease_sql::{ADDED_COLUMNS, COLUMNS, Found};
     ///
-    /// let all: Vec<String> = COLUMNS.iter().map(|c| c.to_uppercase()).collect();
+    /// let first: Vec<String> = COLUMNS.iter().map(|c| c.to_uppercase()).collect();
+    /// assert_eq!(Found::columns(&first, str::eq_ignore_ascii_case), Found::Outdated);
+    /// let all: Vec<String> = first.iter().cloned().chain(ADDED_COLUMNS.map(String::from)).collect();
     /// assert_eq!(Found::columns(&all, str::eq_ignore_ascii_case), Found::Usable);
     /// assert_eq!(
     ///     Found::columns(&all[1..], str::eq_ignore_ascii_case),
@@ -56,14 +70,14 @@ impl Found {
     /// );
     /// ```
     pub fn columns<S: AsRef<str>>(have: &[S], same: impl Fn(&str, &str) -> bool) -> Found {
-        let missing: Vec<&str> = COLUMNS
-            .into_iter()
-            .filter(|c| !have.iter().any(|h| same(h.as_ref(), c)))
-            .collect();
-        if missing.is_empty() {
-            Found::Usable
-        } else {
+        let lacks = |c: &&str| !have.iter().any(|h| same(h.as_ref(), c));
+        let missing: Vec<&str> = COLUMNS.into_iter().filter(lacks).collect();
+        if !missing.is_empty() {
             Found::Incompatible(format!("it lacks the column(s) {}", missing.join(", ")))
+        } else if ADDED_COLUMNS.iter().any(lacks) {
+            Found::Outdated
+        } else {
+            Found::Usable
         }
     }
 }

@@ -52,6 +52,7 @@ pub fn postgres(bind: &mut Bind<'_>) -> Result<(), BoxError> {
         let _ = ready(postgres::claim_rerun(c, &sql, &claim, 3));
         let _ = ready(postgres::last_instant(c, &sql, "n"));
         let _ = ready(postgres::force_release(c, &sql, "n", 3));
+        let _ = ready(postgres::request_resign(c, &sql, "n", 3));
         let _ = ready(postgres::get(c, &sql, "n"));
         let _ = ready(postgres::list(c, &sql, "p", 3));
         let _ = ready(postgres::now_ms(c, &sql));
@@ -65,6 +66,7 @@ pub fn postgres(bind: &mut Bind<'_>) -> Result<(), BoxError> {
             &Args::new().lock_key(sql.migrate_lock_key),
         );
         c.record(&sql.create_table, &Args::new());
+        c.record(&sql.add_resign_column, &Args::new());
         bound.extend(conn.finish()?);
     }
     every(&bound, sql.all())
@@ -94,10 +96,12 @@ pub fn mysql(bind: &mut Bind<'_>) -> Result<(), BoxError> {
         let _ = ready(mysql::claim_rerun(c, &sql, &claim, 3));
         let _ = ready(mysql::last_instant(c, &sql, "n"));
         let _ = ready(mysql::force_release(c, &sql, "n", 3));
+        let _ = ready(mysql::request_resign(c, &sql, "n", 3));
         let _ = ready(mysql::get(c, &sql, "n"));
         let _ = ready(mysql::list(c, &sql, "p", 3));
         let _ = ready(mysql::now_ms(c, &sql));
         let _ = ready(mysql::migrate(c, &sql));
+        c.record(&sql.add_resign_column, &Args::new());
         c.record(&sql.verify_locked, &Args::new().name("n").token(TOKEN));
         c.record(&sql.guard, &Args::new().name("n").token(TOKEN).term(3));
         // Read only of a table whose columns are all there.
@@ -134,11 +138,13 @@ pub fn sqlite(bind: &mut Bind<'_>) -> Result<(), BoxError> {
         let _ = ready(sqlite::claim_rerun(c, &sql, &claim, 3));
         let _ = ready(sqlite::last_instant(c, &sql, "n"));
         let _ = ready(sqlite::force_release(c, &sql, "n", 3));
+        let _ = ready(sqlite::request_resign(c, &sql, "n", 3));
         let _ = ready(sqlite::get(c, &sql, "n"));
         let _ = ready(sqlite::list(c, &sql, "p", 3));
         let _ = ready(sqlite::now_ms(c, &sql));
         c.record(&sql.guard, &Args::new().name("n").token(TOKEN).term(3));
         c.record(&sql.create_table, &Args::new());
+        c.record(&sql.add_resign_column, &Args::new());
         let place = Args::new().table_name(sql.table().name());
         c.record(&sql.table_columns, &place);
         c.record(&sql.name_indexes, &place);

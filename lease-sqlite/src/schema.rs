@@ -73,6 +73,9 @@ impl SqliteStore {
     /// carry leases (a column missing, names compared under a collation
     /// other than `BINARY`); [`SqliteError::Database`] when a statement
     /// fails.
+    ///
+    /// A table created by an earlier version, without the columns added
+    /// since (`resign_term`), is given them (`ALTER TABLE .. ADD COLUMN`).
     pub async fn migrate(&self) -> Result<(), SqliteError> {
         let found = self
             .run(|conn, sql| match inspect(conn, sql)? {
@@ -80,6 +83,7 @@ impl SqliteStore {
                     conn.execute_batch(sql.create_table.text())?;
                     inspect(conn, sql)
                 }
+                Found::Outdated => add_columns(conn, sql),
                 found => Ok(found),
             })
             .await
@@ -90,12 +94,36 @@ impl SqliteStore {
                 table: self.inner.sql.table().name().to_owned(),
                 reason: "the table is still missing after its creation".into(),
             }),
+            Found::Outdated => Err(SqliteError::IncompatibleTable {
+                table: self.inner.sql.table().name().to_owned(),
+                reason: "it still lacks the column resign_term after adding it".into(),
+            }),
             Found::Incompatible(reason) => Err(SqliteError::IncompatibleTable {
                 table: self.inner.sql.table().name().to_owned(),
                 reason,
             }),
         }
     }
+}
+
+/// Gives a table of an earlier version the columns added since
+/// (`resign_term`), in a write transaction that looks again first (another
+/// process may have added them meanwhile), then inspects it again.
+fn add_columns(conn: &Connection, sql: &Statements) -> rusqlite::Result<Found> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let added = match inspect(conn, sql) {
+        Ok(Found::Outdated) => conn.execute_batch(sql.add_resign_column.text()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
+    match added {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    }
+    inspect(conn, sql)
 }
 
 #[cfg(test)]

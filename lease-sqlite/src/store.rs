@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Timings,
-    Token, Unfinished,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, LeaseStore, Renewed,
+    Timings, Token, Unfinished,
 };
 use lease_sql::sqlite;
 use rusqlite::InterruptHandle;
@@ -129,7 +129,7 @@ impl LeaseStore for SqliteStore {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let (name, token) = (name.to_owned(), token.expose().to_owned());
         self.flow(move |conn, sql| {
             blocking(sqlite::renew(
@@ -147,7 +147,7 @@ impl LeaseStore for SqliteStore {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         let leases: Vec<(String, String)> = leases
             .iter()
             .map(|(name, token)| ((*name).to_owned(), token.expose().to_owned()))
@@ -238,6 +238,12 @@ impl LeaseStore for SqliteStore {
     async fn force_release(&self, name: &str, term: u64) -> Result<bool, BoxError> {
         let name = name.to_owned();
         self.flow(move |conn, sql| blocking(sqlite::force_release(conn, sql, &name, term)))
+            .await
+    }
+
+    async fn request_resign(&self, name: &str, term: u64) -> Result<bool, BoxError> {
+        let name = name.to_owned();
+        self.flow(move |conn, sql| blocking(sqlite::request_resign(conn, sql, &name, term)))
             .await
     }
 

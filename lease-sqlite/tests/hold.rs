@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::{
     BoxError, CancellationToken, EndCause, ForwardingStore, GuardError, LeaseStore, Leases,
-    LostCause, Timings, Token,
+    LostCause, Renewed, Timings, Token,
 };
 use lease_sqlite::{SqliteError, SqliteStore};
 use tokio::time::{Instant, sleep};
@@ -217,7 +217,7 @@ impl ForwardingStore for Recording {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let index = {
             let mut renewals = self.renewals.lock().unwrap();
             let sent_ms = std::time::SystemTime::now()
@@ -237,7 +237,7 @@ impl ForwardingStore for Recording {
         let mut renewals = self.renewals.lock().unwrap();
         renewals[index].end = Some(Instant::now());
         renewals[index].renewed = matches!(result, Ok(Some(_)));
-        renewals[index].now_ms = result.as_ref().ok().copied().flatten();
+        renewals[index].now_ms = result.as_ref().ok().copied().flatten().map(|r| r.now_ms);
         result
     }
 
@@ -245,7 +245,7 @@ impl ForwardingStore for Recording {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         let mut held = Vec::with_capacity(leases.len());
         for (name, token) in leases {
             held.push(ForwardingStore::renew(self, name, *token, lease_ms).await?);

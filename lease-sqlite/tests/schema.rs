@@ -135,3 +135,60 @@ async fn compatible_tables_are_accepted() {
     store.migrate().await.unwrap();
     store.migrate().await.unwrap();
 }
+
+/// Issue 25, item 4: a table created by the previous schema (without
+/// `resign_term`) is given the column by `migrate`, keeps its leases, and
+/// carries resign requests after it; a second `migrate` changes nothing.
+#[tokio::test]
+async fn migrate_adds_the_resign_column_to_a_table_of_the_previous_schema() {
+    let (_dir, path) = db_file();
+    let conn = Connection::open(&path).unwrap();
+    // The DDL of the previous version, and a lease held in it.
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS \"gst_leases\" (\n\
+         \x20   name TEXT NOT NULL PRIMARY KEY,\n\
+         \x20   holder TEXT NOT NULL,\n\
+         \x20   instance TEXT NOT NULL,\n\
+         \x20   term INTEGER NOT NULL,\n\
+         \x20   expires_at_ms INTEGER NOT NULL,\n\
+         \x20   slot_ms INTEGER NOT NULL DEFAULT 0,\n\
+         \x20   unfinished_slot_ms INTEGER NOT NULL DEFAULT 0,\n\
+         \x20   rerun_slot_ms INTEGER NOT NULL DEFAULT 0\n\
+         ) WITHOUT ROWID;\n\
+         INSERT INTO gst_leases (name, holder, instance, term, expires_at_ms) \
+           VALUES ('old', 'old-token', 'old-host', 7, 9223372036854775807);",
+    )
+    .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    let old_token = lease_core::Token::new("old-token");
+    let renew = |store: &SqliteStore| {
+        let store = store.clone();
+        async move { lease_core::LeaseStore::renew(&store, "old", old_token, 15_000).await }
+    };
+    assert!(
+        renew(&store).await.is_err(),
+        "a renewal on the previous schema worked before migrate"
+    );
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let leases = Leases::new(store.clone());
+    let old = leases.get("old").await.unwrap().unwrap();
+    assert_eq!(
+        (old.term, old.instance.as_str(), old.held()),
+        (7, "old-host", true)
+    );
+    assert_eq!(leases.request_resign("old").await.unwrap(), Some(7));
+    let renewed = renew(&store).await.unwrap().unwrap();
+    assert!(renewed.resign, "{renewed:?}");
+    let handle = leases.claim("job").await.unwrap().unwrap();
+    handle.renew().await.unwrap();
+    handle.release().await.unwrap();
+    let columns: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('gst_leases') WHERE name = 'resign_term'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(columns, 1);
+}

@@ -125,6 +125,7 @@ impl MySqlLeaseStore {
         let reason = match lease_sql::mysql::migrate(&mut self.conn(), &self.sql).await? {
             Found::Usable => return Ok(()),
             Found::Missing => "it is not in information_schema after its creation".to_owned(),
+            Found::Outdated => "it still lacks the column resign_term after adding it".to_owned(),
             Found::Incompatible(reason) => reason,
         };
         Err(StoreError::IncompatibleTable {

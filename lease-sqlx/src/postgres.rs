@@ -2,7 +2,7 @@
 //! statements and flows, the same as `lease-postgres` runs, through sqlx.
 
 use lease_core::BoxError;
-use lease_sql::Args;
+use lease_sql::{Args, Conn as _, Found};
 
 use crate::conn::execute_on;
 use crate::store::sqlx_lease_store;
@@ -40,13 +40,19 @@ sqlx_lease_store! {
 }
 
 impl PgLeaseStore {
-    /// The table created under `lease-postgres`'s advisory lock.
+    /// The table created under `lease-postgres`'s advisory lock, and given
+    /// the columns added since the first schema when it lacks them (`ALTER
+    /// TABLE .. ADD COLUMN IF NOT EXISTS`, which needs the table's owner).
     async fn migrate_table(&self) -> Result<(), BoxError> {
         let mut tx = self.pool.begin().await?;
         let lock = Args::new().lock_key(self.sql.migrate_lock_key);
         let _ = execute_on::<sqlx::Postgres>(&mut tx, &self.sql.migrate_lock, &lock).await?;
         let _ = execute_on::<sqlx::Postgres>(&mut tx, &self.sql.create_table, &Args::new()).await?;
         tx.commit().await?;
+        if lease_sql::postgres::inspect(&mut self.conn(), &self.sql).await? == Found::Outdated {
+            let add = &self.sql.add_resign_column;
+            let _ = self.conn().execute(add, &Args::new()).await?;
+        }
         Ok(())
     }
 }

@@ -2,7 +2,7 @@
 //! and flows, the same as `lease-sqlite` runs, through sqlx.
 
 use lease_core::BoxError;
-use lease_sql::{Args, Conn as _};
+use lease_sql::{Args, Conn as _, Found, Row as _};
 
 use crate::store::sqlx_lease_store;
 
@@ -36,12 +36,37 @@ sqlx_lease_store! {
 }
 
 impl SqliteLeaseStore {
-    /// The table, created if missing.
+    /// The table, created if missing, and given the columns added since
+    /// the first schema when it lacks them (`ALTER TABLE .. ADD COLUMN`; a
+    /// process that added them first makes it fail, and the table is then
+    /// looked at again).
     async fn migrate_table(&self) -> Result<(), BoxError> {
         let _ = self
             .conn()
             .execute(&self.sql.create_table, &Args::new())
             .await?;
+        if self.found().await? == Found::Outdated {
+            let added = self
+                .conn()
+                .execute(&self.sql.add_resign_column, &Args::new())
+                .await;
+            if let Err(e) = added
+                && self.found().await? == Found::Outdated
+            {
+                return Err(e);
+            }
+        }
         Ok(())
+    }
+
+    /// What the table's columns say of it.
+    async fn found(&self) -> Result<Found, BoxError> {
+        let place = Args::new().table_name(self.sql.table().name());
+        let rows = self.conn().rows(&self.sql.table_columns, &place).await?;
+        let columns = rows
+            .iter()
+            .map(|row| row.text(0))
+            .collect::<Result<Vec<_>, BoxError>>()?;
+        Ok(lease_sql::sqlite::judge_columns(&columns))
     }
 }

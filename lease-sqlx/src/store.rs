@@ -91,7 +91,7 @@ macro_rules! sqlx_lease_store {
                 name: &str,
                 token: lease_core::Token<'_>,
                 lease_ms: i64,
-            ) -> Result<Option<i64>, lease_core::BoxError> {
+            ) -> Result<Option<lease_core::Renewed>, lease_core::BoxError> {
                 lease_sql::$dialect::renew(&mut self.conn(), &self.sql, name, token, lease_ms).await
             }
 
@@ -99,7 +99,7 @@ macro_rules! sqlx_lease_store {
                 &self,
                 leases: &[(&str, lease_core::Token<'_>)],
                 lease_ms: i64,
-            ) -> Result<Vec<Option<i64>>, lease_core::BoxError> {
+            ) -> Result<Vec<Option<lease_core::Renewed>>, lease_core::BoxError> {
                 lease_sql::$dialect::renew_many(&mut self.conn(), &self.sql, leases, lease_ms).await
             }
 
@@ -163,6 +163,14 @@ macro_rules! sqlx_lease_store {
                 term: u64,
             ) -> Result<bool, lease_core::BoxError> {
                 lease_sql::$dialect::force_release(&mut self.conn(), &self.sql, name, term).await
+            }
+
+            async fn request_resign(
+                &self,
+                name: &str,
+                term: u64,
+            ) -> Result<bool, lease_core::BoxError> {
+                lease_sql::$dialect::request_resign(&mut self.conn(), &self.sql, name, term).await
             }
 
             async fn get(

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use dblease::{ClaimRequest, LeaseStore, Token};
+use dblease::{ClaimRequest, LeaseStore, Renewed, Token};
 use lease_core::ForwardingStore;
 use tokio::time::Instant;
 
@@ -138,7 +138,7 @@ impl ForwardingStore for Recording {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let sent = Instant::now();
         let held = self.inner.renew(name, token, lease_ms).await?;
         if held.is_some() {
@@ -151,7 +151,7 @@ impl ForwardingStore for Recording {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         {
             let mut r = self.lock();
             r.in_flight += 1;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    BoxError, EndCause, ForwardingStore, LeaseStore, Leases, LostCause, Op, Timings, Token,
+    BoxError, EndCause, ForwardingStore, LeaseStore, Leases, LostCause, Op, Renewed, Timings, Token,
 };
 use tokio::sync::RwLock;
 use tokio::time::{Instant, sleep, timeout};
@@ -99,7 +99,7 @@ impl ForwardingStore for Gated {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         let _open = self.gate.read().await;
         self.inner.renew(name, token, lease_ms).await
     }
@@ -108,7 +108,7 @@ impl ForwardingStore for Gated {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         let _open = self.gate.read().await;
         self.inner.renew_many(leases, lease_ms).await
     }
@@ -325,9 +325,15 @@ pub async fn renew_many_answers_each_lease_like_renew(ctx: Ctx) {
         "renew_many must answer, in order, whether each (name, holder) was still held: \
          match name, holder and expires_at_ms > now, as renew does"
     );
-    for now in answered.iter().flatten() {
+    for renewed in answered.iter().flatten() {
+        let now = renewed.now_ms;
         assert!(
-            (before..=after).contains(now),
+            !renewed.resign,
+            "renew_many answered a resign request for a lease nobody asked to resign \
+             (resign_term must equal the term only after request_resign at that term)"
+        );
+        assert!(
+            (before..=after).contains(&now),
             "renew_many answered the database's now as {now}, outside the clock read before \
              ({before}) and after ({after}) the call: it must return the now its statement read"
         );

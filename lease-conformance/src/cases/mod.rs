@@ -13,6 +13,7 @@ mod instant;
 mod release;
 mod renew;
 mod rerun;
+mod resign;
 mod verify;
 
 pub use capability::*;
@@ -24,6 +25,7 @@ pub use instant::*;
 pub use release::*;
 pub use renew::*;
 pub use rerun::*;
+pub use resign::*;
 pub use verify::*;
 
 use lease_core::{Chain, Error, Handle, Leases, Result, UtcMillis};

@@ -169,9 +169,15 @@ pub async fn renew_answers_the_database_now_it_wrote_with(ctx: Ctx) {
             Err(e) => panic!("renewal {i} by the holder failed: {e}"),
         };
         let after = db_now(&leases).await.as_millis();
-        let Some(now) = answered else {
+        let Some(renewed) = answered else {
             panic!("renewal {i} by the holder within its lease answered None (not held)");
         };
+        assert!(
+            !renewed.resign,
+            "renewal {i} answered a resign request nobody made (resign_term must be 0, or \
+             another term, until request_resign asks the holder at its term)"
+        );
+        let now = renewed.now_ms;
         assert!(
             (before..=after).contains(&now),
             "renewal {i} answered the database's now as {now}, outside the clock read before \

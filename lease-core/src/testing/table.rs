@@ -43,6 +43,8 @@ pub(crate) struct Table {
     claims: Mutex<Vec<(Instant, String, bool)>>,
     /// Every release that reached the table, given back or not.
     releases: AtomicUsize,
+    /// Every read of one row (`get`) that reached the table.
+    gets: AtomicUsize,
 }
 
 impl Table {
@@ -53,6 +55,7 @@ impl Table {
             down: AtomicBool::new(false),
             claims: Mutex::default(),
             releases: AtomicUsize::new(0),
+            gets: AtomicUsize::new(0),
         }
     }
 
@@ -98,6 +101,11 @@ impl Table {
         self.releases.load(Ordering::SeqCst)
     }
 
+    /// How many reads of one row (`get`) reached the table.
+    pub(crate) fn gets(&self) -> usize {
+        self.gets.load(Ordering::SeqCst)
+    }
+
     /// The row as `get` reads it, read directly (also while down).
     pub(crate) fn info(&self, name: &str) -> Option<LeaseInfo> {
         let now_ms = self.inner.now();
@@ -136,6 +144,12 @@ impl ForwardingStore for Table {
             .unwrap()
             .push((Instant::now(), instance, claimed.is_some()));
         Ok(claimed)
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LeaseInfo>, BoxError> {
+        self.before(Op::Get).await?;
+        let _ = self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(name).await
     }
 
     async fn release(&self, name: &str, token: Token<'_>) -> Result<bool, BoxError> {

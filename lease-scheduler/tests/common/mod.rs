@@ -13,7 +13,7 @@ use lease_core::memory::MemoryStore;
 pub use lease_core::memory::Row;
 use lease_core::{
     BoxError, ClaimRequest, DbErrorKind, FinishRequest, Finished, ForwardingStore, InstantClaim,
-    LeaseStore, Token, Unfinished,
+    LeaseStore, Renewed, Token, Unfinished,
 };
 
 /// 2025-12-01T10:00:00Z: where the store's clock starts.
@@ -139,7 +139,7 @@ impl ForwardingStore for TestStore {
         name: &str,
         token: Token<'_>,
         lease_ms: i64,
-    ) -> Result<Option<i64>, BoxError> {
+    ) -> Result<Option<Renewed>, BoxError> {
         if self
             .state
             .lock()
@@ -159,7 +159,7 @@ impl ForwardingStore for TestStore {
         &self,
         leases: &[(&str, Token<'_>)],
         lease_ms: i64,
-    ) -> Result<Vec<Option<i64>>, BoxError> {
+    ) -> Result<Vec<Option<Renewed>>, BoxError> {
         lease_core::renew_each(self, leases, lease_ms).await
     }
 

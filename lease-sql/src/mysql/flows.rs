@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::future::Future;
 
 use lease_core::{
-    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, Token, Unfinished,
+    BoxError, ClaimRequest, FinishRequest, Finished, InstantClaim, LeaseInfo, Renewed, Token,
+    Unfinished,
 };
 
 use super::{
@@ -136,8 +137,9 @@ pub async fn claim<C: MySqlConn>(
 }
 
 /// [`LeaseStore::renew`](lease_core::LeaseStore::renew): the statement's
-/// `LAST_INSERT_ID(now)` carries the database's now back in the OK packet
-/// when the row matched (0, `None`, when not).
+/// `LAST_INSERT_ID(now * 2 + resign)` carries the database's now and the
+/// resign request back in the OK packet when the row matched (0, `None`,
+/// when not).
 ///
 /// # Errors
 ///
@@ -148,10 +150,16 @@ pub async fn renew<C: MySqlConn>(
     name: &str,
     token: Token<'_>,
     lease_ms: i64,
-) -> Result<Option<i64>, BoxError> {
+) -> Result<Option<Renewed>, BoxError> {
     let args = Args::new().name(name).token(token).lease_ms(lease_ms);
-    let now = write(conn, &sql.renew, &args).await?;
-    Ok(now.map(i64::try_from).transpose()?)
+    let id = write(conn, &sql.renew, &args).await?;
+    id.map(|id| {
+        Ok(Renewed {
+            now_ms: i64::try_from(id / 2)?,
+            resign: id % 2 == 1,
+        })
+    })
+    .transpose()
 }
 
 /// [`LeaseStore::renew_many`](lease_core::LeaseStore::renew_many): for each
@@ -167,6 +175,13 @@ pub async fn renew<C: MySqlConn>(
 /// since, or the read came more than the lease after the update, and it
 /// has expired indeed). Each renewed lease is reported at the update's now.
 ///
+/// The update leaves out the rows whose holder was asked to resign, so
+/// that a batch with one matches fewer rows and reads: the read says which
+/// were asked, and each of those is renewed on its own ([`renew`], which
+/// reports the request). A request thus costs the batches of its lease's
+/// wind-down a read and a renewal each; a batch with none costs what it
+/// did.
+///
 /// # Errors
 ///
 /// The driver's.
@@ -175,7 +190,7 @@ pub async fn renew_many<C: MySqlConn>(
     sql: &Statements,
     leases: &[(&str, Token<'_>)],
     lease_ms: i64,
-) -> Result<Vec<Option<i64>>, BoxError> {
+) -> Result<Vec<Option<Renewed>>, BoxError> {
     let mut held = Vec::with_capacity(leases.len());
     for chunk in leases.chunks(MAX_RENEWALS_PER_BATCH) {
         // Round up to a power of two, repeating the last pair, so that a few
@@ -197,22 +212,28 @@ pub async fn renew_many<C: MySqlConn>(
             }
         };
         // `LAST_INSERT_ID(now)` runs for each row matched: 0, none was.
-        if done.last_insert_id == 0 {
-            held.extend(chunk.iter().map(|_| None));
-            continue;
-        }
-        let now = i64::try_from(done.last_insert_id)?;
+        let now = (done.last_insert_id != 0)
+            .then(|| i64::try_from(done.last_insert_id))
+            .transpose()?;
         let pairs: HashSet<(&str, &str)> = chunk
             .iter()
             .map(|(name, token)| (*name, token.expose()))
             .collect();
-        if done.rows_affected == pairs.len() as u64 {
-            held.extend(chunk.iter().map(|_| Some(now)));
+        if let Some(now) = now.filter(|_| done.rows_affected == pairs.len() as u64) {
+            held.extend(chunk.iter().map(|_| Some(Renewed::at(now))));
             continue;
         }
         let rows = conn.rows(&read, &read_args).await?;
         let found = common::renewed(chunk, &rows, binary_text)?;
-        held.extend(found.into_iter().map(|row| row.map(|_| now)));
+        for ((name, token), row) in chunk.iter().zip(found) {
+            held.push(match (row, now) {
+                (None, _) => None,
+                (Some(read), Some(now)) if !read.resign => Some(Renewed::at(now)),
+                // Asked to resign (left out of the update), or read held
+                // though the update matched nothing: renewed on its own.
+                (Some(_), _) => renew(conn, sql, name, *token, lease_ms).await?,
+            });
+        }
     }
     Ok(held)
 }
@@ -344,6 +365,21 @@ pub async fn force_release<C: MySqlConn>(
     Ok(write(conn, &sql.force_release, &args).await?.is_some())
 }
 
+/// [`LeaseStore::request_resign`](lease_core::LeaseStore::request_resign).
+///
+/// # Errors
+///
+/// The driver's.
+pub async fn request_resign<C: MySqlConn>(
+    conn: &mut C,
+    sql: &Statements,
+    name: &str,
+    term: u64,
+) -> Result<bool, BoxError> {
+    let args = Args::new().name(name).term(term);
+    Ok(write(conn, &sql.request_resign, &args).await?.is_some())
+}
+
 common::read_flows!(term: |row: &_, i| Row::uint(row, i), info: info);
 
 /// Inspects the existing table, reading `information_schema` only (so a
@@ -387,20 +423,32 @@ pub async fn inspect<C: Conn>(conn: &mut C, sql: &Statements) -> Result<Found, B
 /// `migrate`: the table looked for in `information_schema` first (so a
 /// user without `CREATE` can migrate an existing table), created when
 /// missing (`CREATE TABLE IF NOT EXISTS` takes the name's metadata lock:
-/// replicas may race), then checked. [`Found::Missing`] only when the table
+/// replicas may race), given the columns added since when it lacks them
+/// ([`Found::Outdated`]: `ALTER TABLE .. ADD COLUMN`, which needs the
+/// `ALTER` privilege), then checked. [`Found::Missing`] only when the table
 /// is still not there after its creation.
 ///
 /// # Errors
 ///
 /// The driver's.
-pub async fn migrate<C: Conn>(conn: &mut C, sql: &Statements) -> Result<Found, BoxError> {
-    let found = inspect(conn, sql).await?;
-    if found != Found::Missing {
-        return Ok(found);
+pub async fn migrate<C: MySqlConn>(conn: &mut C, sql: &Statements) -> Result<Found, BoxError> {
+    match inspect(conn, sql).await? {
+        Found::Missing => {
+            let _created = conn.execute(&sql.create_table, &Args::new()).await?;
+        }
+        Found::Outdated => match conn.execute(&sql.add_resign_column, &Args::new()).await {
+            Ok(_) => {}
+            // Another replica added it first.
+            Err(e) if C::error_number(e.as_ref()) == Some(DUPLICATE_COLUMN) => {}
+            Err(e) => return Err(e),
+        },
+        found => return Ok(found),
     }
-    let _created = conn.execute(&sql.create_table, &Args::new()).await?;
     inspect(conn, sql).await
 }
+
+/// `ER_DUP_FIELDNAME`: the column exists already.
+const DUPLICATE_COLUMN: u16 = 1060;
 
 /// What [`Statements::table_columns`]' rows (name, type, `EXTRA`) say of
 /// the table: the first half of [`inspect`].
@@ -481,6 +529,8 @@ mod tests {
             .iter()
             .map(|c| col(c, if *c == "name" { "varbinary" } else { "bigint" }, ""))
             .collect();
+        assert_eq!(judge_columns(&cols), Found::Outdated, "the first schema");
+        cols.push(col("resign_term", "bigint", ""));
         assert_eq!(judge_columns(&cols), Found::Usable);
         cols.push(col("id", "int", "auto_increment"));
         assert!(
@@ -498,8 +548,9 @@ mod tests {
         assert_eq!(judge_triggers(&[]), Found::Usable);
     }
 
-    /// A row of the batch renewal's read: name, holder (binary), now.
-    struct Read(&'static str, &'static str, i64);
+    /// A row of the batch renewal's read: name, holder (binary), now,
+    /// resign.
+    struct Read(&'static str, &'static str, i64, bool);
 
     impl Row for Read {
         fn int(&self, _: usize) -> Result<i64, BoxError> {
@@ -511,7 +562,7 @@ mod tests {
         }
 
         fn flag(&self, _: usize) -> Result<bool, BoxError> {
-            Ok(true)
+            Ok(self.3)
         }
 
         fn text(&self, i: usize) -> Result<String, BoxError> {
@@ -520,13 +571,16 @@ mod tests {
     }
 
     /// A connection whose update matches `matched` rows at `now` (0: none
-    /// matched), and whose read answers `held`; it counts what it is sent.
+    /// matched), whose read answers `held` (name, holder, asked to resign),
+    /// and whose single renewals answer at 601, asked to resign; it counts
+    /// what it is sent.
     struct Scripted {
         matched: u64,
         now: u64,
-        held: Vec<(&'static str, &'static str)>,
+        held: Vec<(&'static str, &'static str, bool)>,
         updates: usize,
         reads: usize,
+        singles: usize,
     }
 
     impl Conn for Scripted {
@@ -535,11 +589,19 @@ mod tests {
         async fn rows(&mut self, _: &Statement, _: &Args<'_>) -> Result<Vec<Read>, BoxError> {
             self.reads += 1;
             // The read's own now is later than the update's.
-            Ok(self.held.iter().map(|(n, h)| Read(n, h, 999)).collect())
+            Ok(self
+                .held
+                .iter()
+                .map(|(n, h, resign)| Read(n, h, 999, *resign))
+                .collect())
         }
 
         async fn execute(&mut self, _: &Statement, _: &Args<'_>) -> Result<Done, BoxError> {
-            Err("the batch renewal's update goes through execute_matched".into())
+            self.singles += 1;
+            Ok(Done {
+                rows_affected: 1,
+                last_insert_id: 601 * 2 + 1,
+            })
         }
     }
 
@@ -568,7 +630,8 @@ mod tests {
     /// The batch renewal is the update alone when it matched a row per
     /// pair (a pair given twice counts once), the update and the read when
     /// it matched fewer (each lease read as held renewed at the update's
-    /// now, not the read's), and the update alone when it matched none.
+    /// now, not the read's; each read as asked to resign, which the update
+    /// left out, renewed on its own, which reports the request).
     #[test]
     fn a_batch_renewal_reads_only_when_the_update_matched_fewer_than_its_pairs() {
         let sql = Statements::new(super::super::default_table());
@@ -587,18 +650,31 @@ mod tests {
             held,
             updates: 0,
             reads: 0,
+            singles: 0,
         };
+        let at = |now| Some(Renewed::at(now));
         let mut all = scripted(2, 500, Vec::new());
-        assert_eq!(run(&mut all, &batch), [Some(500); 3]);
-        assert_eq!((all.updates, all.reads), (1, 0));
+        assert_eq!(run(&mut all, &batch), [at(500); 3]);
+        assert_eq!((all.updates, all.reads, all.singles), (1, 0, 0));
 
-        let mut some = scripted(1, 500, vec![("b", "x")]);
-        assert_eq!(run(&mut some, &batch), [None, Some(500), None]);
-        assert_eq!((some.updates, some.reads), (1, 1));
+        let mut some = scripted(1, 500, vec![("b", "x", false)]);
+        assert_eq!(run(&mut some, &batch), [None, at(500), None]);
+        assert_eq!((some.updates, some.reads, some.singles), (1, 1, 0));
 
-        let mut none = scripted(0, 0, vec![("a", "x")]);
+        let mut none = scripted(0, 0, Vec::new());
         assert_eq!(run(&mut none, &batch), [None; 3]);
-        assert_eq!((none.updates, none.reads), (1, 0));
+        assert_eq!((none.updates, none.reads, none.singles), (1, 1, 0));
+
+        let asked = Some(Renewed {
+            now_ms: 601,
+            resign: true,
+        });
+        let mut resign = scripted(1, 500, vec![("a", "x", false), ("b", "x", true)]);
+        assert_eq!(run(&mut resign, &batch), [at(500), asked, at(500)]);
+        assert_eq!((resign.updates, resign.reads, resign.singles), (1, 1, 1));
+        let mut only = scripted(0, 0, vec![("b", "x", true)]);
+        assert_eq!(run(&mut only, &batch), [None, asked, None]);
+        assert_eq!((only.updates, only.reads, only.singles), (1, 1, 1));
     }
 
     /// Polls `future` to its end on this thread: the scripted connection

@@ -41,10 +41,12 @@ const CLAIM_INSERT: Template<'_> = Template {
     params: &[Param::Name, Param::Token, Param::Instance, Param::LeaseMs],
 };
 
-/// The renewal: `LAST_INSERT_ID(now)` reports the match, and the
-/// database's now.
+/// The renewal: `LAST_INSERT_ID(now * 2 + resign)` reports the match, the
+/// database's now and whether the holder was asked to resign (the low bit),
+/// in the OK packet: one round trip, as with `RETURNING`.
 const RENEW: Template<'_> = Template {
-    sql: "UPDATE {table} SET expires_at_ms = LAST_INSERT_ID({now}) + :lease_ms \
+    sql: "UPDATE {table} \
+          SET expires_at_ms = LAST_INSERT_ID({now} * 2 + (resign_term = term)) DIV 2 + :lease_ms \
           WHERE name = :name AND holder = :token AND expires_at_ms > {now}",
     params: &[Param::LeaseMs, Param::Name, Param::Token],
 };
@@ -178,6 +180,24 @@ const FORCE_RELEASE: Template<'_> = Template {
     params: &[Param::Name, Param::Term],
 };
 
+/// A resign request: asks the holder at `:term`, if it still holds the
+/// name; `last_insert_id` = the term when asked (even when it already
+/// was), 0 when not.
+const REQUEST_RESIGN: Template<'_> = Template {
+    sql: "UPDATE {table} SET resign_term = LAST_INSERT_ID(term) \
+          WHERE name = :name AND term = :term AND expires_at_ms > {now}",
+    params: &[Param::Name, Param::Term],
+};
+
+/// The column added since the first schema: `migrate` adds it to a table
+/// created by an earlier version (MySQL has no `ADD COLUMN IF NOT EXISTS`;
+/// a replica that added it first makes this fail with error 1060, which
+/// `migrate` takes as done).
+const ADD_RESIGN_COLUMN: Template<'_> = Template {
+    sql: "ALTER TABLE {table} ADD COLUMN resign_term BIGINT UNSIGNED NOT NULL DEFAULT 0",
+    params: &[],
+};
+
 /// One lease's row -> the info columns (`name` binary).
 const GET: Template<'_> = Template {
     sql: concat!(info_columns!(), "WHERE name = :name"),
@@ -216,6 +236,7 @@ const CREATE_TABLE: Template<'_> = Template {
      slot_ms BIGINT NOT NULL DEFAULT 0, \
      unfinished_slot_ms BIGINT NOT NULL DEFAULT 0, \
      rerun_slot_ms BIGINT NOT NULL DEFAULT 0, \
+     resign_term BIGINT UNSIGNED NOT NULL DEFAULT 0, \
      PRIMARY KEY (name)\
      ) ENGINE = InnoDB",
     params: &[],
@@ -267,7 +288,8 @@ pub struct Statements {
     /// The claim of a missing name: `last_insert_id` = 1 when inserted, 0
     /// when a rival inserted first (read again).
     pub claim_insert: Statement,
-    /// `last_insert_id` = the database's now when held, 0 when lost.
+    /// `last_insert_id` = the database's now times two, plus 1 when the
+    /// holder was asked to resign, when held; 0 when lost.
     pub renew: Statement,
     /// -> `term` (no row: not held).
     pub verify: Statement,
@@ -298,12 +320,18 @@ pub struct Statements {
     pub get: Statement,
     /// `last_insert_id` = the term when freed, 0 when not.
     pub force_release: Statement,
+    /// `last_insert_id` = the term when its holder is asked to resign, 0
+    /// when not.
+    pub request_resign: Statement,
     /// The columns of `get`, by name from `prefix` on.
     pub list: Statement,
     /// -> the database's now.
     pub now: Statement,
     /// `CREATE TABLE IF NOT EXISTS` of the table.
     pub create_table: Statement,
+    /// `ALTER TABLE .. ADD COLUMN resign_term`, for a table of the first
+    /// schema ([`Found::Outdated`](crate::Found::Outdated)).
+    pub add_resign_column: Statement,
     /// The table's columns (`schema`, NULL for the connection's database;
     /// `table_name`) -> `COLUMN_NAME, DATA_TYPE, EXTRA`.
     pub table_columns: Statement,
@@ -333,9 +361,11 @@ impl Statements {
             last_instant: r(&LAST_INSTANT),
             get: r(&GET),
             force_release: r(&FORCE_RELEASE),
+            request_resign: r(&REQUEST_RESIGN),
             list: r(&LIST),
             now: r(&NOW),
             create_table: r(&CREATE_TABLE),
+            add_resign_column: r(&ADD_RESIGN_COLUMN),
             table_columns: r(&TABLE_COLUMNS),
             table_triggers: r(&TABLE_TRIGGERS),
             table,
@@ -368,9 +398,11 @@ impl Statements {
             &self.last_instant,
             &self.get,
             &self.force_release,
+            &self.request_resign,
             &self.list,
             &self.now,
             &self.create_table,
+            &self.add_resign_column,
             &self.table_columns,
             &self.table_triggers,
         ]
@@ -381,9 +413,11 @@ impl Statements {
     /// leases: the lease length first in the update, then `slots` names (so
     /// the primary key bounds the rows touched), then `slots` (name, token)
     /// pairs; the update's `last_insert_id` is the database's now when a row
-    /// matched (`LAST_INSERT_ID(now)`, as the single renewal). The read
-    /// binds the names and the pairs, and returns `name, holder, now`
-    /// (binary).
+    /// matched (`LAST_INSERT_ID(now)`). The update leaves out the rows
+    /// whose holder was asked to resign (`resign_term = term`), so that
+    /// they come back through the read, which says so. The read binds the
+    /// names and the pairs, and returns `name, holder, now, resign` (name
+    /// and holder binary).
     #[must_use]
     pub fn renew_many(&self, slots: usize) -> (Statement, Statement) {
         let mut filter = String::with_capacity(40 * slots);
@@ -403,9 +437,11 @@ impl Statements {
         }
         filter.push_str(") AND expires_at_ms > {now}");
         let update = format!(
-            "UPDATE {{table}} SET expires_at_ms = LAST_INSERT_ID({{now}}) + :lease_ms{filter}"
+            "UPDATE {{table}} SET expires_at_ms = LAST_INSERT_ID({{now}}) + :lease_ms{filter} \
+             AND resign_term <> term"
         );
-        let read = format!("SELECT name, holder, {{now}} FROM {{table}}{filter}");
+        let read =
+            format!("SELECT name, holder, {{now}}, resign_term = term FROM {{table}}{filter}");
         let r = |sql: &str| render(&Template { sql, params: &[] }, &self.table);
         (r(&update), r(&read))
     }
@@ -464,6 +500,8 @@ mod tests {
             CLAIM_RERUN,
             LAST_INSTANT,
             FORCE_RELEASE,
+            REQUEST_RESIGN,
+            ADD_RESIGN_COLUMN,
             GET,
             LIST,
             NOW,

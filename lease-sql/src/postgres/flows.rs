@@ -1,7 +1,7 @@
 //! PostgreSQL's flows, on any driver's [`Conn`]: each operation one
 //! statement and the decoding of its answer.
 
-use lease_core::{BoxError, ClaimRequest, InstantClaim, InstantRecord, Token, Unfinished};
+use lease_core::{BoxError, ClaimRequest, InstantClaim, InstantRecord, Renewed, Token, Unfinished};
 
 use super::Statements;
 use crate::Found;
@@ -20,7 +20,7 @@ pub async fn renew_many<C: Conn>(
     sql: &Statements,
     leases: &[(&str, Token<'_>)],
     lease_ms: i64,
-) -> Result<Vec<Option<i64>>, BoxError> {
+) -> Result<Vec<Option<Renewed>>, BoxError> {
     let (names, tokens) = common::split(leases, leases.len());
     let args = Args::new().names(&names).tokens(&tokens).lease_ms(lease_ms);
     let rows = conn.rows(&sql.renew_many, &args).await?;
@@ -139,6 +139,8 @@ mod tests {
         let col = |n: &str, d: bool| (n.to_owned(), d);
         assert_eq!(judge_columns(&[]), Found::Missing);
         let mut cols: Vec<_> = crate::COLUMNS.iter().map(|c| col(c, true)).collect();
+        assert_eq!(judge_columns(&cols), Found::Outdated, "the first schema");
+        cols.push(col("resign_term", true));
         assert_eq!(judge_columns(&cols), Found::Usable);
         cols[0].1 = false;
         assert!(

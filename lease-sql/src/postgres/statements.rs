@@ -35,12 +35,13 @@ const CLAIM: Template<'_> = Template {
     params: &[Param::Name, Param::Token, Param::Instance, Param::LeaseMs],
 };
 
-/// The renewal -> the database's now (no row: lost).
+/// The renewal -> the database's now, and whether the holder was asked to
+/// resign (no row: lost).
 const RENEW: Template<'_> = Template {
     sql: "WITH now AS MATERIALIZED (SELECT {now} AS ms) \
          UPDATE {table} AS l SET expires_at_ms = now.ms + :lease_ms FROM now \
           WHERE l.name = :name AND l.holder = :token AND l.expires_at_ms > now.ms \
-         RETURNING now.ms",
+         RETURNING now.ms, l.resign_term = l.term",
     params: &[Param::Name, Param::Token, Param::LeaseMs],
 };
 
@@ -52,7 +53,7 @@ const RENEW_MANY: Template<'_> = Template {
          UPDATE {table} AS l SET expires_at_ms = now.ms + :lease_ms \
            FROM now, unnest(:names, :tokens) AS r(name, holder) \
           WHERE l.name = r.name AND l.holder = r.holder AND l.expires_at_ms > now.ms \
-         RETURNING l.name, l.holder, now.ms",
+         RETURNING l.name, l.holder, now.ms, l.resign_term = l.term",
     params: &[Param::Names, Param::Tokens, Param::LeaseMs],
 };
 
@@ -242,6 +243,13 @@ const FORCE_RELEASE: Template<'_> = Template {
     params: &[Param::Name, Param::Term],
 };
 
+/// A resign request at the term read -> rows changed (1: asked).
+const REQUEST_RESIGN: Template<'_> = Template {
+    sql: "UPDATE {table} SET resign_term = term WHERE name = :name AND term = :term \
+           AND expires_at_ms > {now}",
+    params: &[Param::Name, Param::Term],
+};
+
 /// One lease's row -> the info columns.
 const GET: Template<'_> = Template {
     sql: concat!(
@@ -303,9 +311,16 @@ fn create_table(t: &str) -> String {
            expires_at_ms bigint NOT NULL, \
            slot_ms bigint NOT NULL DEFAULT 0, \
            unfinished_slot_ms bigint NOT NULL DEFAULT 0, \
-           rerun_slot_ms bigint NOT NULL DEFAULT 0)",
+           rerun_slot_ms bigint NOT NULL DEFAULT 0, \
+           resign_term bigint NOT NULL DEFAULT 0)",
         max = lease_core::MAX_NAME_BYTES,
     )
+}
+
+/// The column added since the first schema, added to a table that lacks it
+/// (`migrate` on a table created by an earlier version).
+fn add_resign_column(t: &str) -> String {
+    format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS resign_term bigint NOT NULL DEFAULT 0")
 }
 
 /// The advisory lock key `migrate` takes for a table: FNV-1a (64 bits) of
@@ -345,9 +360,11 @@ pub struct Statements {
     pub migrate_lock_key: i64,
     /// `name, token, instance, lease_ms` -> `term` (no row: refused).
     pub claim: Statement,
-    /// `name, token, lease_ms` -> the database's now (no row: lost).
+    /// `name, token, lease_ms` -> the database's now, and whether a resign
+    /// was requested at the holder's term (no row: lost).
     pub renew: Statement,
-    /// `names, tokens, lease_ms` -> `name, holder, now` of each renewed.
+    /// `names, tokens, lease_ms` -> `name, holder, now, resign` of each
+    /// renewed.
     pub renew_many: Statement,
     /// `name, token` -> `term` (no row: not held).
     pub verify: Statement,
@@ -373,6 +390,9 @@ pub struct Statements {
     pub last_instant: Statement,
     /// `name, term` -> rows affected.
     pub force_release: Statement,
+    /// `name, term` -> rows affected (1: the holder at `term` is asked to
+    /// resign).
+    pub request_resign: Statement,
     /// `name` -> `name, instance, term, expires_at_ms, now, slot_ms,
     /// unfinished_slot_ms, rerun_slot_ms`.
     pub get: Statement,
@@ -382,6 +402,9 @@ pub struct Statements {
     pub now: Statement,
     /// `CREATE TABLE IF NOT EXISTS` of the table.
     pub create_table: Statement,
+    /// `ALTER TABLE .. ADD COLUMN IF NOT EXISTS resign_term`: `migrate` on
+    /// a table of the first schema.
+    pub add_resign_column: Statement,
     /// `relation` -> `column name, deterministic collation` of each column.
     pub table_columns: Statement,
     /// `key` -> takes the transaction-level advisory lock of `migrate`.
@@ -411,10 +434,12 @@ impl Statements {
             claim_rerun: r(&CLAIM_RERUN),
             last_instant: r(&LAST_INSTANT),
             force_release: r(&FORCE_RELEASE),
+            request_resign: r(&REQUEST_RESIGN),
             get: r(&GET),
             list: r(&LIST),
             now: r(&NOW),
             create_table: Statement::plain(create_table(t)),
+            add_resign_column: Statement::plain(add_resign_column(t)),
             table_columns: r(&TABLE_COLUMNS),
             migrate_lock: r(&MIGRATE_LOCK),
             table,
@@ -444,10 +469,12 @@ impl Statements {
             &self.claim_rerun,
             &self.last_instant,
             &self.force_release,
+            &self.request_resign,
             &self.get,
             &self.list,
             &self.now,
             &self.create_table,
+            &self.add_resign_column,
             &self.table_columns,
             &self.migrate_lock,
         ]
@@ -465,7 +492,7 @@ mod tests {
         assert!(VERIFY_LOCKED.sql.contains(&text), "{}", VERIFY_LOCKED.sql);
     }
 
-    const TEMPLATES: [Template<'static>; 18] = [
+    const TEMPLATES: [Template<'static>; 19] = [
         CLAIM,
         RENEW,
         RENEW_MANY,
@@ -479,6 +506,7 @@ mod tests {
         CLAIM_RERUN,
         LAST_INSTANT,
         FORCE_RELEASE,
+        REQUEST_RESIGN,
         GET,
         LIST,
         NOW,

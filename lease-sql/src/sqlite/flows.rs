@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use lease_core::{BoxError, ClaimRequest, InstantClaim, Token, Unfinished};
+use lease_core::{BoxError, ClaimRequest, InstantClaim, Renewed, Token, Unfinished};
 
 use super::{MAX_NAMES_PER_STATEMENT, MAX_RENEWALS_PER_STATEMENT, Statements};
 use crate::Found;
@@ -39,7 +39,7 @@ pub async fn renew_many<C: Conn>(
     sql: &Statements,
     leases: &[(&str, Token<'_>)],
     lease_ms: i64,
-) -> Result<Vec<Option<i64>>, BoxError> {
+) -> Result<Vec<Option<Renewed>>, BoxError> {
     let mut held = Vec::with_capacity(leases.len());
     for chunk in leases.chunks(MAX_RENEWALS_PER_STATEMENT) {
         let slots = chunk.len().next_power_of_two();
@@ -139,7 +139,9 @@ mod tests {
     #[test]
     fn table_verdicts() {
         assert_eq!(judge_columns(&[]), Found::Missing);
-        let cols: Vec<String> = crate::COLUMNS.iter().map(|c| c.to_uppercase()).collect();
+        let mut cols: Vec<String> = crate::COLUMNS.iter().map(|c| c.to_uppercase()).collect();
+        assert_eq!(judge_columns(&cols), Found::Outdated, "the first schema");
+        cols.push("RESIGN_TERM".to_owned());
         assert_eq!(judge_columns(&cols), Found::Usable);
         assert!(matches!(judge_columns(&cols[1..]), Found::Incompatible(_)));
     }

@@ -21,11 +21,12 @@ const CLAIM: Template<'_> = Template {
     params: &[Param::Name, Param::Token, Param::Instance, Param::LeaseMs],
 };
 
-/// The renewal -> the database's now (no row: lost).
+/// The renewal -> the database's now, and whether the holder was asked to
+/// resign (no row: lost).
 const RENEW: Template<'_> = Template {
     sql: "UPDATE {table} SET expires_at_ms = {now} + :lease_ms \
           WHERE name = :name AND holder = :token AND expires_at_ms > {now} \
-         RETURNING {now}",
+         RETURNING {now}, resign_term = term",
     params: &[Param::Name, Param::Token, Param::LeaseMs],
 };
 
@@ -145,6 +146,13 @@ const FORCE_RELEASE: Template<'_> = Template {
     params: &[Param::Name, Param::Term],
 };
 
+/// A resign request at the term read -> rows changed (1: asked).
+const REQUEST_RESIGN: Template<'_> = Template {
+    sql: "UPDATE {table} SET resign_term = term \
+                  WHERE name = :name AND term = :term AND expires_at_ms > {now}",
+    params: &[Param::Name, Param::Term],
+};
+
 /// One lease's row -> the info columns.
 const GET: Template<'_> = Template {
     sql: concat!(
@@ -206,9 +214,17 @@ pub fn create_table(t: &str) -> String {
          \x20   expires_at_ms INTEGER NOT NULL,\n\
          \x20   slot_ms INTEGER NOT NULL DEFAULT 0,\n\
          \x20   unfinished_slot_ms INTEGER NOT NULL DEFAULT 0,\n\
-         \x20   rerun_slot_ms INTEGER NOT NULL DEFAULT 0\n\
+         \x20   rerun_slot_ms INTEGER NOT NULL DEFAULT 0,\n\
+         \x20   resign_term INTEGER NOT NULL DEFAULT 0\n\
          ) WITHOUT ROWID"
     )
+}
+
+/// The column added since the first schema, for the quoted table name
+/// `t`: `migrate` adds it to a table created by an earlier version.
+#[must_use]
+fn add_resign_column(t: &str) -> String {
+    format!("ALTER TABLE {t} ADD COLUMN resign_term INTEGER NOT NULL DEFAULT 0")
 }
 
 /// The statements of one table, rendered once when the store opens.
@@ -231,10 +247,14 @@ pub struct Statements {
     table: TableName,
     /// `CREATE TABLE IF NOT EXISTS` of the table.
     pub create_table: Statement,
+    /// `ALTER TABLE .. ADD COLUMN resign_term`, for a table of the first
+    /// schema ([`Found::Outdated`](crate::Found::Outdated)).
+    pub add_resign_column: Statement,
     /// `name, token, instance, lease_ms` -> the new term; no row when
     /// someone holds the name.
     pub claim: Statement,
-    /// `name, token, lease_ms` -> the database's now; no row when lost.
+    /// `name, token, lease_ms` -> the database's now, and whether the
+    /// holder was asked to resign; no row when lost.
     pub renew: Statement,
     /// `name, token` -> the term while held.
     pub verify: Statement,
@@ -261,6 +281,9 @@ pub struct Statements {
     pub last_instant: Statement,
     /// `name, term` -> rows changed: 1 freed.
     pub force_release: Statement,
+    /// `name, term` -> rows changed: 1 when the holder at `term` is asked
+    /// to resign.
+    pub request_resign: Statement,
     /// `name` -> `name, instance, term, expires_at_ms, now, slot_ms,
     /// unfinished_slot_ms, rerun_slot_ms`.
     pub get: Statement,
@@ -283,6 +306,7 @@ impl Statements {
         let r = |template: &Template<'_>| render(template, &table);
         Statements {
             create_table: Statement::plain(create_table(table.quoted())),
+            add_resign_column: Statement::plain(add_resign_column(table.quoted())),
             claim: r(&CLAIM),
             renew: r(&RENEW),
             verify: r(&VERIFY),
@@ -295,6 +319,7 @@ impl Statements {
             claim_rerun: r(&CLAIM_RERUN),
             last_instant: r(&LAST_INSTANT),
             force_release: r(&FORCE_RELEASE),
+            request_resign: r(&REQUEST_RESIGN),
             get: r(&GET),
             list: r(&LIST),
             now: r(&SELECT_NOW),
@@ -315,6 +340,7 @@ impl Statements {
     pub(crate) fn all(&self) -> Vec<&Statement> {
         vec![
             &self.create_table,
+            &self.add_resign_column,
             &self.claim,
             &self.renew,
             &self.verify,
@@ -327,6 +353,7 @@ impl Statements {
             &self.claim_rerun,
             &self.last_instant,
             &self.force_release,
+            &self.request_resign,
             &self.get,
             &self.list,
             &self.now,
@@ -337,7 +364,7 @@ impl Statements {
 
     /// The batch renewal of `count` leases: `?1` the lease length, then
     /// (name, token) pairs; `RETURNING` names the rows renewed, with the
-    /// database's now.
+    /// database's now and whether each holder was asked to resign.
     #[must_use]
     pub fn renew_many(&self, count: usize) -> Statement {
         let mut sql = String::from(
@@ -353,7 +380,9 @@ impl Statements {
             sql.push_str(&format!("(:name[{i}], :token[{i}])"));
             params.extend([Param::NameAt(i), Param::TokenAt(i)]);
         }
-        sql.push_str(") AND expires_at_ms > {now} RETURNING name, holder, {now}");
+        sql.push_str(
+            ") AND expires_at_ms > {now} RETURNING name, holder, {now}, resign_term = term",
+        );
         render(
             &Template {
                 sql: &sql,
@@ -419,6 +448,7 @@ mod tests {
             CLAIM_RERUN,
             LAST_INSTANT,
             FORCE_RELEASE,
+            REQUEST_RESIGN,
             GET,
             LIST,
             SELECT_NOW,
