@@ -170,29 +170,43 @@ impl GuardDriver for Driver<'_> {
 
     /// Kills the connection from another connection of the pool, in the
     /// background and within [`KILL_BOUND`]: the server rolls the
-    /// transaction back and stops whatever statement it still runs. The
-    /// connection itself goes back to the pool, whose clean-up (waiting for
-    /// that statement's end, then a rollback and a reset) finds it dead and
-    /// drops it.
+    /// transaction back and stops whatever statement it still runs.
+    ///
+    /// The connection is held until the `KILL` has been answered, and only
+    /// then goes back to the pool, whose clean-up finds it dead and drops
+    /// it. Given back first, it could be cleaned, handed to another caller
+    /// and killed under that caller's own statements. When the pool gives
+    /// no other connection within the bound (a pool of one, or every
+    /// connection busy), the connection goes back unkilled, and the pool's
+    /// clean-up (waiting for the statement's end, then a rollback) ends the
+    /// transaction.
     fn abandon(&self, conn: Conn) {
         let id = conn.id();
-        drop(conn);
         let pool = self.0.inner.pool.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         drop(runtime.spawn(async move {
             let killed = async {
-                let mut conn = pool.get_conn().await?;
-                conn.query_drop(format!("KILL CONNECTION {id}")).await
+                let mut killer = pool.get_conn().await?;
+                killer.query_drop(format!("KILL CONNECTION {id}")).await
             };
-            if let Err(err) = tokio::time::timeout(KILL_BOUND, killed)
-                .await
-                .unwrap_or(Ok(()))
-            {
+            match tokio::time::timeout(KILL_BOUND, killed).await {
+                Ok(Ok(())) => {}
                 // A connection that is gone needs no killing.
-                tracing::debug!(id, error = %err, "killing a guarded transaction's connection failed");
+                Ok(Err(err)) => tracing::debug!(
+                    id,
+                    error = %err,
+                    "killing a guarded transaction's connection failed"
+                ),
+                Err(_) => tracing::debug!(
+                    id,
+                    bound = ?KILL_BOUND,
+                    "no connection to kill a guarded transaction's connection from; \
+                     the pool's clean-up rolls it back"
+                ),
             }
+            drop(conn);
         }));
     }
 

@@ -187,6 +187,62 @@ async fn the_transaction_is_rolled_back_when_the_context_ends_between_statements
     teardown(&store, table).await;
 }
 
+/// An abandoned transaction's connection is killed before the pool has it
+/// back: no caller is handed it afterwards (where the late `KILL` would end
+/// that caller's own statements).
+#[tokio::test]
+async fn an_abandoned_connection_is_never_handed_out_again() {
+    let Some(url) = common::url() else { return };
+    let table = "lm_guard_abandon_reuse";
+    let store = setup(&url, table).await;
+    let leases = Leases::new(store.clone());
+    let ctx = context(&leases, "abandon-reuse").await;
+    let ender = ctx.clone();
+    let used = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = used.clone();
+    let sql = format!("INSERT INTO {table}_biz VALUES (1, 0)");
+    let err = store
+        .transaction(&ctx, |tx| {
+            Box::pin(async move {
+                tx.query_drop(sql).await?;
+                let id: Option<u64> = tx.query_first("SELECT CONNECTION_ID()").await?;
+                seen.store(id.unwrap_or(0), Ordering::SeqCst);
+                ender.end(EndCause::Lost(LostCause::NotHolder));
+                std::future::pending::<()>().await;
+                Ok::<_, MySqlError>(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, GuardError::Lost(_)), "{err:?}");
+    let abandoned = used.load(Ordering::SeqCst);
+    assert_ne!(abandoned, 0, "the work read its connection's id");
+    // Whatever the pool hands out from now on works, and is not the
+    // abandoned connection.
+    for round in 0..20 {
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            let mut conn = store.pool().get_conn().await.expect("connection");
+            let id: Option<u64> = conn
+                .query_first("SELECT CONNECTION_ID()")
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("round {round}: a pooled connection failed its first statement: {e}")
+                });
+            assert_ne!(
+                id,
+                Some(abandoned),
+                "round {round}: the pool handed out the abandoned transaction's connection"
+            );
+            conns.push(conn);
+        }
+        drop(conns);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(biz_rows(&store, table).await.is_empty(), "rolled back");
+    teardown(&store, table).await;
+}
+
 #[tokio::test]
 async fn the_transaction_is_rolled_back_when_the_context_ends_mid_statement() {
     let Some(url) = common::url() else { return };
