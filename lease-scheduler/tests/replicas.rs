@@ -20,6 +20,9 @@
 //! `MissedRuns::Backfill` run every instant missed since the last on record,
 //! once each, in order, one at a time, through each database's claim.
 //!
+//! And the dynamic-jobs scenario (issue 26, item 2): two replicas, a job
+//! added and another removed on both while they run.
+//!
 //! PostgreSQL and MariaDB come from `LEASE_TEST_POSTGRES_URL` and
 //! `LEASE_TEST_MYSQL_URL`: unset, the test is skipped with a note; unset
 //! under `CI=true`, it fails.
@@ -39,7 +42,7 @@ use std::time::Duration;
 use history::{FinishRecorder, JOBS, Outcome, Rec, job_of, wall_ms};
 use lease_core::UtcMillis;
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
-use lease_scheduler::{Job, MissedRuns, Round, Scheduler};
+use lease_scheduler::{Job, MissedRuns, Removal, Round, Scheduler};
 use tokio::time::{Instant, sleep};
 
 const WORK: Duration = Duration::from_millis(150);
@@ -416,6 +419,201 @@ async fn backfill_scenario(stores: [Arc<dyn LeaseStore>; 2]) {
             "two rounds at once: {pair:#?}"
         );
     }
+}
+
+/// A round of the dynamic-jobs scenario: its job, instant and wall times.
+#[derive(Debug, Clone)]
+struct Dyn {
+    job: &'static str,
+    instant: i64,
+    #[expect(dead_code, reason = "shown when an assertion fails")]
+    replica: &'static str,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+/// A job `@every 1s` of rounds of 150 ms that records them in `rounds`.
+fn dyn_job(
+    name: &str,
+    job: &'static str,
+    replica: &'static str,
+    rounds: &Arc<Mutex<Vec<Dyn>>>,
+) -> Job {
+    let rounds = rounds.clone();
+    Job::new(name, "@every 1s", move |round: Round| {
+        let rounds = rounds.clone();
+        async move {
+            let start_ms = wall_ms();
+            sleep(WORK).await;
+            rounds.lock().unwrap().push(Dyn {
+                job,
+                instant: round.instant().as_millis(),
+                replica,
+                start_ms,
+                end_ms: wall_ms(),
+            });
+            Ok(())
+        }
+    })
+}
+
+/// Issue 26, item 2, on a real database: two replicas run a job `kept`
+/// and a job `removed`; a job `added` is added on both while they run, then
+/// `removed` is removed on both ([`Removal::Finish`]). The job added runs
+/// only instants after its registration, each once; the job removed claims
+/// no instant after its removal; no job ever runs two rounds at once.
+async fn dynamic_scenario(stores: [Arc<dyn LeaseStore>; 2]) {
+    let prefix = unique("dynamic-");
+    let (kept, added, removed) = (
+        format!("{prefix}-kept"),
+        format!("{prefix}-added"),
+        format!("{prefix}-removed"),
+    );
+    let leases = Leases::from_arc(stores[0].clone()).with_timings(timings());
+    leases.migrate().await.unwrap();
+    let rounds: Arc<Mutex<Vec<Dyn>>> = Arc::default();
+    let mut replicas = Vec::new();
+    let mut handles = Vec::new();
+    for (store, replica) in stores.into_iter().zip(["a", "b"]) {
+        let leases = Leases::from_arc(store)
+            .with_timings(timings())
+            .with_instance(replica)
+            .unwrap();
+        let scheduler = Scheduler::builder(leases)
+            .sweep_interval(Duration::from_millis(100))
+            .job(dyn_job(&kept, "kept", replica, &rounds))
+            .job(dyn_job(&removed, "removed", replica, &rounds))
+            .build()
+            .unwrap();
+        handles.push((scheduler.handle(), replica));
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(5)).await });
+        replicas.push(Replica { shutdown, task });
+    }
+    sleep(Duration::from_millis(1_500)).await;
+    let before_add = leases.now().await.unwrap().as_millis();
+    for (handle, replica) in &handles {
+        handle
+            .add(dyn_job(&added, "added", replica, &rounds))
+            .unwrap();
+    }
+    sleep(Duration::from_millis(2_500)).await;
+    for (handle, _) in &handles {
+        assert!(handle.remove(&removed, Removal::Finish));
+    }
+    let after_remove = leases.now().await.unwrap().as_millis();
+    sleep(Duration::from_millis(2_500)).await;
+    for r in replicas {
+        r.shutdown.cancel();
+        r.task.await.unwrap().unwrap();
+    }
+    let all = rounds.lock().unwrap().clone();
+    for job in ["kept", "added", "removed"] {
+        let mut of: Vec<&Dyn> = all.iter().filter(|r| r.job == job).collect();
+        of.sort_by_key(|r| r.start_ms);
+        assert!(!of.is_empty(), "{job} ran: {all:#?}");
+        for pair in of.windows(2) {
+            assert!(
+                pair[1].start_ms >= pair[0].end_ms,
+                "{job}: two rounds at once: {pair:#?}"
+            );
+            assert!(
+                pair[1].instant > pair[0].instant,
+                "{job}: each instant once, in order: {of:#?}"
+            );
+        }
+    }
+    assert!(
+        all.iter()
+            .filter(|r| r.job == "added")
+            .all(|r| r.instant > before_add),
+        "the job added ran no instant before its registration: {all:#?}"
+    );
+    assert!(
+        all.iter()
+            .filter(|r| r.job == "removed")
+            .all(|r| r.instant <= after_remove),
+        "the job removed claimed no instant after its removal: {all:#?}"
+    );
+    assert!(
+        all.iter()
+            .any(|r| r.job == "kept" && r.instant > after_remove + 1_000),
+        "the job kept ran on: {all:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_jobs_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let open = || -> Arc<dyn LeaseStore> {
+        Arc::new(
+            lease_sqlite::SqliteStoreBuilder::from_path(&path)
+                .with_busy_timeout(Duration::from_millis(250))
+                .build()
+                .unwrap(),
+        )
+    };
+    dynamic_scenario([open(), open()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_jobs_on_postgres() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let table = unique("lsdy_");
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = lease_postgres::PostgresStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .with_timings(&timings())
+            .connect()
+            .await
+            .expect("connect to LEASE_TEST_POSTGRES_URL");
+        stores.push(store);
+    }
+    let dyns: Vec<Arc<dyn LeaseStore>> = stores
+        .iter()
+        .map(|s| Arc::new(s.clone()) as Arc<dyn LeaseStore>)
+        .collect();
+    dynamic_scenario(dyns.try_into().unwrap()).await;
+    let client = stores[0].pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_jobs_on_mysql() {
+    use mysql_async::prelude::Queryable as _;
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let table = unique("lsdy_");
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = lease_mysql::MySqlStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .with_timings(&timings())
+            .connect()
+            .await
+            .expect("connect to LEASE_TEST_MYSQL_URL");
+        stores.push(store);
+    }
+    let dyns: Vec<Arc<dyn LeaseStore>> = stores
+        .iter()
+        .map(|s| Arc::new(s.clone()) as Arc<dyn LeaseStore>)
+        .collect();
+    dynamic_scenario(dyns.try_into().unwrap()).await;
+    let mut conn = stores[0].pool().get_conn().await.unwrap();
+    conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
