@@ -502,8 +502,10 @@ struct Live {
     /// Where the sweep offers each job claiming its instants the rounds cut
     /// short it finds, by lease name.
     offers: Offers,
-    /// Each job's tokens, by name: the last task started under the name.
-    jobs: HashMap<Arc<str>, Tokens>,
+    /// The tokens of the tasks started under each name, oldest first: a
+    /// job replaced may still run its last round while its successor
+    /// waits.
+    jobs: HashMap<Arc<str>, Vec<Tokens>>,
     span: tracing::Span,
 }
 
@@ -524,7 +526,11 @@ impl Live {
     /// Starts the task of `job`, once the task of a job of the same name
     /// (removed or replaced) ended: never two rounds of one name at once.
     fn start(&mut self, job: Arc<JobState>) {
-        let previous = self.jobs.get(&job.name).map(|t| t.done.clone());
+        let previous = self
+            .jobs
+            .get(&job.name)
+            .and_then(|tasks| tasks.last())
+            .map(|t| t.done.clone());
         let rounds = self.shutdown.child_token();
         let stop = rounds.child_token();
         let done = CancellationToken::new();
@@ -532,14 +538,11 @@ impl Live {
         if !job.per_instance {
             let _ = offers(&self.offers).insert(job.lease_name.clone(), tx);
         }
-        let _ = self.jobs.insert(
-            job.name.clone(),
-            Tokens {
-                rounds: rounds.clone(),
-                stop: stop.clone(),
-                done: done.clone(),
-            },
-        );
+        self.jobs.entry(job.name.clone()).or_default().push(Tokens {
+            rounds: rounds.clone(),
+            stop: stop.clone(),
+            done: done.clone(),
+        });
         let task = JobTask {
             job,
             leases: self.leases.clone(),
@@ -568,8 +571,13 @@ impl Live {
     /// says.
     fn stop(&mut self, name: &str, removal: Removal) {
         let _ = offers(&self.offers).remove(&Scheduler::lease_name(name));
-        self.jobs.retain(|_, t| !t.done.is_cancelled());
-        if let Some(tokens) = self.jobs.get(name) {
+        self.jobs.retain(|_, tasks| {
+            tasks.retain(|t| !t.done.is_cancelled());
+            !tasks.is_empty()
+        });
+        // Every task still under the name: a job replaced with `Finish` and
+        // then removed with `CutShort` has its last round cut short too.
+        for tokens in self.jobs.get(name).into_iter().flatten() {
             match removal {
                 Removal::Finish => tokens.stop.cancel(),
                 Removal::CutShort => tokens.rounds.cancel(),

@@ -1938,3 +1938,51 @@ async fn a_job_replaced_with_cut_short_reruns_the_old_round_as_the_new_job() {
     );
     assert!(seen[0].started < 15_000, "rerun within a sweep: {seen:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_with_cut_short_reaches_the_last_round_of_a_job_replaced_with_finish() {
+    let store = TestStore::new();
+    let (old, new) = (Rounds::default(), Rounds::default());
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &old,
+            five_seconds(&cancelled),
+        ))
+        .build()
+        .unwrap();
+    let handle = scheduler.handle();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    let replaced = handle
+        .replace(
+            recording("tick", "@every 10s", &store, &new, done),
+            Removal::Finish,
+        )
+        .unwrap();
+    assert!(replaced);
+    until(&store, 13_000).await;
+    assert!(!cancelled.load(Ordering::SeqCst), "the old round runs on");
+    assert!(handle.remove("tick", Removal::CutShort));
+    until(&store, 14_000).await;
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the old round was cut short"
+    );
+    until(&store, 35_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(old.instants(), [10_000]);
+    assert_eq!(
+        new.instants(),
+        Vec::<i64>::new(),
+        "the new job never started"
+    );
+    assert!(store.calls().contains(&Call::Release {
+        name: NAME.into(),
+        released: true
+    }));
+}
