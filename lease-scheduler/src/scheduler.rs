@@ -647,7 +647,7 @@ impl JobsHandle {
         let job = Arc::new(check(job, self.inner.look_back, |name| {
             registry.jobs.iter().any(|j| &*j.name == name)
         })?);
-        tracing::info!(target: TARGET, job = ?job.name, schedule = job.schedule.source(), "job added");
+        tracing::info!(target: TARGET, job = ?job.name, schedule = ?job.schedule.source(), "job added");
         registry.jobs.push(job.clone());
         registry.tell(&Change::Start(job));
         Ok(())
@@ -678,7 +678,7 @@ impl JobsHandle {
                 false
             }
         };
-        tracing::info!(target: TARGET, job = ?job.name, schedule = job.schedule.source(), replaced, ?removal, "job replaced");
+        tracing::info!(target: TARGET, job = ?job.name, schedule = ?job.schedule.source(), replaced, ?removal, "job replaced");
         registry.tell(&Change::Start(job));
         Ok(replaced)
     }
