@@ -5,6 +5,12 @@
 //! three databases running side by side, about 60 s). Each process writes what its rounds saw to a file of
 //! its own; the history checker of the in-process test then reads them all.
 //!
+//! Each replica also adds a job while it runs (about 5 s in) and removes
+//! one of its own (about 20 s in, letting its round in flight finish),
+//! through `Scheduler::handle` (issue 26, item 2): the job added runs every
+//! instant from its first registration on, the job removed every instant up
+//! to its removal and none after it, both judged by the same checker.
+//!
 //! The replicas are this test binary run again (`replica_process`, ignored
 //! unless the parent's environment names it), so that no other binary is
 //! needed. Same shortened timings as the in-process test.
@@ -30,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use history::{FinishRecorder, Outcome, Rec, job_of, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
-use lease_scheduler::{Job, Round, Scheduler};
+use lease_scheduler::{Job, Removal, Round, Scheduler};
 
 const CHILD: &str = "LEASE_SCHEDULER_TEST_CHILD";
 const URL: &str = "LEASE_SCHEDULER_TEST_URL";
@@ -44,6 +50,12 @@ const WORK: Duration = Duration::from_millis(150);
 const JOBS: usize = 20;
 /// How long each replica runs its scheduler.
 const RUN_SECONDS: u64 = 30;
+/// The job each replica adds while it runs, and when.
+const ADDED: usize = JOBS;
+const ADD_AFTER: Duration = Duration::from_secs(5);
+/// The job each replica runs from the start and removes, and when.
+const REMOVED: usize = JOBS + 1;
+const REMOVE_AFTER: Duration = Duration::from_secs(20);
 /// How long after the start the killed replica is first looked at.
 const KILL_AFTER: Duration = Duration::from_secs(10);
 
@@ -102,6 +114,37 @@ fn log(file: &Mutex<File>, line: &str) {
     file.flush().unwrap();
 }
 
+/// Job `i` of a replica: rounds of 150 ms, each logged to `file`.
+fn job(prefix: &str, i: usize, file: &Arc<Mutex<File>>) -> Job {
+    let file = file.clone();
+    Job::new(format!("{prefix}-{i}"), "@every 1s", move |round: Round| {
+        let file = file.clone();
+        async move {
+            let id = format!("{i} {}", round.instant().as_millis());
+            log(
+                &file,
+                &format!(
+                    "start {id} {} {} {}",
+                    round.is_rerun(),
+                    round.term().unwrap(),
+                    wall_ms()
+                ),
+            );
+            tokio::select! {
+                () = tokio::time::sleep(WORK) => {
+                    log(&file, &format!("end {id} ran {}", wall_ms()));
+                    Ok(())
+                }
+                () = round.cancelled() => {
+                    log(&file, &format!("end {id} cut {}", wall_ms()));
+                    round.check()?;
+                    Ok(())
+                }
+            }
+        }
+    })
+}
+
 /// A replica: run by the parent test as a child process.
 #[test]
 #[ignore = "a replica process of the cross-process tests: they run it"]
@@ -138,40 +181,11 @@ fn replica_process() {
             .unwrap();
         let mut builder =
             Scheduler::builder(leases.clone()).sweep_interval(Duration::from_millis(100));
-        for i in 0..JOBS {
-            let file = file.clone();
-            builder = builder.job(Job::new(
-                format!("{prefix}-{i}"),
-                "@every 1s",
-                move |round: Round| {
-                    let file = file.clone();
-                    async move {
-                        let id = format!("{i} {}", round.instant().as_millis());
-                        log(
-                            &file,
-                            &format!(
-                                "start {id} {} {} {}",
-                                round.is_rerun(),
-                                round.term().unwrap(),
-                                wall_ms()
-                            ),
-                        );
-                        tokio::select! {
-                            () = tokio::time::sleep(WORK) => {
-                                log(&file, &format!("end {id} ran {}", wall_ms()));
-                                Ok(())
-                            }
-                            () = round.cancelled() => {
-                                log(&file, &format!("end {id} cut {}", wall_ms()));
-                                round.check()?;
-                                Ok(())
-                            }
-                        }
-                    }
-                },
-            ));
+        for i in (0..JOBS).chain([REMOVED]) {
+            builder = builder.job(job(&prefix, i, &file));
         }
         let scheduler = builder.build().unwrap();
+        let jobs = scheduler.handle();
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let run = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(5)).await });
@@ -179,7 +193,21 @@ fn replica_process() {
             &file,
             &format!("ready {}", leases.now().await.unwrap().as_millis()),
         );
-        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        tokio::time::sleep(ADD_AFTER).await;
+        // The database's time before the job is registered: none of its
+        // instants before it may run.
+        let before = leases.now().await.unwrap().as_millis();
+        jobs.add(job(&prefix, ADDED, &file)).unwrap();
+        log(&file, &format!("added {before}"));
+        tokio::time::sleep(REMOVE_AFTER - ADD_AFTER).await;
+        assert!(jobs.remove(&format!("{prefix}-{REMOVED}"), Removal::Finish));
+        // The database's time after the removal: no instant after it may be
+        // claimed by this replica.
+        log(
+            &file,
+            &format!("removed {}", leases.now().await.unwrap().as_millis()),
+        );
+        tokio::time::sleep(Duration::from_secs(seconds).saturating_sub(REMOVE_AFTER)).await;
         log(
             &file,
             &format!("stopping {}", leases.now().await.unwrap().as_millis()),
@@ -193,6 +221,10 @@ fn replica_process() {
 struct Log {
     ready: Option<i64>,
     stopping: Option<i64>,
+    /// The database's time before the replica added its job.
+    added: Option<i64>,
+    /// The database's time after the replica removed its job.
+    removed: Option<i64>,
     recs: Vec<Rec>,
 }
 
@@ -200,6 +232,8 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
     let mut log = Log {
         ready: None,
         stopping: None,
+        added: None,
+        removed: None,
         recs: Vec::new(),
     };
     let Ok(file) = File::open(path) else {
@@ -211,6 +245,8 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
         match (f[0], f.len()) {
             ("ready", 2) => log.ready = Some(f[1].parse().unwrap()),
             ("stopping", 2) => log.stopping = Some(f[1].parse().unwrap()),
+            ("added", 2) => log.added = Some(f[1].parse().unwrap()),
+            ("removed", 2) => log.removed = Some(f[1].parse().unwrap()),
             ("start", 6) => log.recs.push(Rec {
                 job: f[1].parse().unwrap(),
                 instant: f[2].parse().unwrap(),
@@ -339,12 +375,55 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
         .max()
         .unwrap();
     let stopped = a.stopping.unwrap().min(b.stopping.unwrap());
+    let added = [a.added, b.added, c.added].into_iter().flatten().min();
+    let added = added.expect("a replica added its job");
+    let removed = [(&a, "a"), (&b, "b"), (&c, "c")]
+        .into_iter()
+        .filter_map(|(log, r)| log.removed.map(|t| (r, t)))
+        .collect::<Vec<_>>();
     let recs: Vec<Rec> = [a.recs, b.recs, c.recs].concat();
     // Rounds cut short by the survivors' own shutdowns at the end have no
     // peer left to run them again; the killed replica's must have run again.
     let rerun_due = |r: &Rec| r.outcome == Outcome::Dropped;
-    history::check(&recs, JOBS, started, stopped, rerun_due);
-    history::planted_bugs_are_caught(&recs, JOBS, started, stopped, rerun_due);
+    let of = |job: usize| -> Vec<Rec> {
+        recs.iter()
+            .filter(|r| r.job == job)
+            .map(|r| Rec {
+                job: 0,
+                ..r.clone()
+            })
+            .collect()
+    };
+    let fixed: Vec<Rec> = recs.iter().filter(|r| r.job < JOBS).cloned().collect();
+    history::check(&fixed, JOBS, started, stopped, rerun_due);
+    history::planted_bugs_are_caught(&fixed, JOBS, started, stopped, rerun_due);
+
+    // The job added: every instant from its first registration on, by the
+    // same rules; none before it.
+    let added_recs = of(ADDED);
+    assert!(
+        added_recs.iter().all(|r| r.instant > added),
+        "the job added ran an instant before its first registration ({added}): {added_recs:#?}"
+    );
+    history::check(&added_recs, 1, added, stopped, rerun_due);
+    // The job removed: every instant up to its first removal, by the same
+    // rules; none claimed by a replica after it removed the job.
+    let removed_recs = of(REMOVED);
+    let first_removed = removed
+        .iter()
+        .map(|(_, t)| *t)
+        .min()
+        .expect("a replica removed its job");
+    for (replica, at) in &removed {
+        assert!(
+            removed_recs
+                .iter()
+                .filter(|r| r.replica == *replica)
+                .all(|r| r.instant <= *at),
+            "{replica} ran the job removed after it removed it ({at}): {removed_recs:#?}"
+        );
+    }
+    history::check(&removed_recs, 1, started, first_removed, rerun_due);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
