@@ -31,6 +31,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -114,6 +115,29 @@ fn log(file: &Mutex<File>, line: &str) {
     file.flush().unwrap();
 }
 
+/// Whether this first round (`id` is "job instant") is to be held open
+/// until the process is killed: once the parent created `<log>.hold`, the
+/// first such round of the process is, and says so in the log. The parent
+/// then kills the process mid-round whatever the machine's load, instead
+/// of watching for a round at the right age (a starved parent misses such
+/// windows).
+fn hold(id: &str) -> bool {
+    static HELD: AtomicBool = AtomicBool::new(false);
+    let Ok(log_path) = std::env::var(LOG) else {
+        return false;
+    };
+    if HELD.load(Ordering::SeqCst) || !Path::new(&format!("{log_path}.hold")).exists() {
+        return false;
+    }
+    if HELD.swap(true, Ordering::SeqCst) {
+        return false;
+    }
+    let mut file = OpenOptions::new().append(true).open(&log_path).unwrap();
+    file.write_all(format!("held {id}\n").as_bytes()).unwrap();
+    file.flush().unwrap();
+    true
+}
+
 /// Job `i` of a replica: rounds of 150 ms, each logged to `file`.
 fn job(prefix: &str, i: usize, file: &Arc<Mutex<File>>) -> Job {
     let file = file.clone();
@@ -130,6 +154,12 @@ fn job(prefix: &str, i: usize, file: &Arc<Mutex<File>>) -> Job {
                     wall_ms()
                 ),
             );
+            if !round.is_rerun() && hold(&id) {
+                round.cancelled().await;
+                log(&file, &format!("end {id} cut {}", wall_ms()));
+                round.check()?;
+                return Ok(());
+            }
             tokio::select! {
                 () = tokio::time::sleep(WORK) => {
                     log(&file, &format!("end {id} ran {}", wall_ms()));
@@ -221,6 +251,8 @@ fn replica_process() {
 struct Log {
     ready: Option<i64>,
     stopping: Option<i64>,
+    /// The round held open for the kill (job, instant).
+    held: Option<(usize, i64)>,
     /// The database's time before the replica added its job.
     added: Option<i64>,
     /// The database's time after the replica removed its job.
@@ -232,6 +264,7 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
     let mut log = Log {
         ready: None,
         stopping: None,
+        held: None,
         added: None,
         removed: None,
         recs: Vec::new(),
@@ -246,6 +279,7 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
             ("ready", 2) => log.ready = Some(f[1].parse().unwrap()),
             ("stopping", 2) => log.stopping = Some(f[1].parse().unwrap()),
             ("added", 2) => log.added = Some(f[1].parse().unwrap()),
+            ("held", 3) => log.held = Some((f[1].parse().unwrap(), f[2].parse().unwrap())),
             ("removed", 2) => log.removed = Some(f[1].parse().unwrap()),
             ("start", 6) => log.recs.push(Rec {
                 job: f[1].parse().unwrap(),
@@ -334,26 +368,24 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
         .map(|(r, path)| spawn(r, url, table, &prefix, path, RUN_SECONDS))
         .collect();
 
-    // Kill c in the middle of a first round (not a rerun, not at its edge).
-    let give_up = Instant::now() + Duration::from_secs(30);
+    // Kill c in the middle of a first round (not a rerun): one held open
+    // (see `hold`), waited for up to 60 s on a loaded machine.
     tokio::time::sleep(KILL_AFTER).await;
+    let _ = File::create(format!("{}.hold", logs[2].1.display())).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(60);
     let killed_at = loop {
         let c = read(&logs[2].1, "c", None);
-        let open_round = c
-            .recs
-            .iter()
-            .find(|r| r.outcome == Outcome::Running && !r.rerun)
-            .map(|r| (r.job, r.instant, r.start_ms));
-        if let Some((_, _, start)) = open_round {
-            // Well inside the round (150 ms), at least 50 ms before its end:
-            // a kill then cuts it short, not a round about to be finished.
-            if (20..100).contains(&(wall_ms() - start)) {
-                children[2].kill().unwrap();
-                break wall_ms();
-            }
+        let held = c.held.is_some_and(|(job, instant)| {
+            c.recs
+                .iter()
+                .any(|r| r.job == job && r.instant == instant && r.outcome == Outcome::Running)
+        });
+        if held {
+            children[2].kill().unwrap();
+            break wall_ms();
         }
-        assert!(Instant::now() < give_up, "c never ran a round");
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(Instant::now() < give_up, "c never held a round in 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let status = children[2].wait().unwrap();
     assert!(!status.success(), "c was killed");
