@@ -16,5 +16,6 @@ pub use error::{Error, ScheduleError};
 pub use job::{CutShort, Job, JobResult, MissedRuns, Round};
 pub use schedule::{Rfc3339, Schedule};
 pub use scheduler::{
-    DEFAULT_LOOK_BACK, DEFAULT_SWEEP_INTERVAL, PREFIX, Scheduler, SchedulerBuilder,
+    DEFAULT_LOOK_BACK, DEFAULT_SWEEP_INTERVAL, JobsHandle, PREFIX, Removal, Scheduler,
+    SchedulerBuilder,
 };

@@ -200,7 +200,7 @@ impl JobTask {
         let job = &self.job;
         let _running = RunningGuard::new(&self.running, &job.name);
         let term = handle.term();
-        let holder = handle.hold(&self.shutdown);
+        let holder = handle.hold(&self.rounds);
         tracing::info!(target: TARGET,
             job = ?job.name,
             instant = %Rfc3339(instant),
@@ -306,7 +306,7 @@ impl JobTask {
     async fn local_round_in_span(&self, instant: UtcMillis, span: &tracing::Span) -> Option<Ran> {
         let job = &self.job;
         let _running = RunningGuard::new(&self.running, &job.name);
-        let cancel = self.shutdown.child_token();
+        let cancel = self.rounds.child_token();
         let round = Round {
             job: job.name.clone(),
             instant,

@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lease_core::{CancellationToken, Chain, Leases, MAX_NAME_BYTES, validate_name};
+use lease_core::{CancellationToken, Chain, Leases, MAX_NAME_BYTES, Unfinished, validate_name};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -18,7 +18,7 @@ use tracing::Instrument as _;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::job::{Job, JobFn, MissedRuns};
-use crate::log::Escaped;
+use crate::log::{Escaped, TARGET};
 use crate::round::Running;
 use crate::schedule::{Rfc3339, Schedule};
 use crate::sweep::Sweep;
@@ -40,7 +40,9 @@ pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 /// once as the scheduler starts (each job may choose otherwise, see
 /// [`MissedRuns`]). See the crate docs for the whole contract.
 ///
-/// Built with [`Scheduler::builder`]; driven by [`Scheduler::run`].
+/// Built with [`Scheduler::builder`]; driven by [`Scheduler::run`]; its
+/// jobs added, replaced and removed, before or while it runs, through
+/// [`Scheduler::handle`].
 ///
 /// # Examples
 ///
@@ -91,9 +93,56 @@ pub struct Scheduler {
 
 struct Inner {
     leases: Leases,
-    jobs: Vec<Arc<JobState>>,
     look_back: Duration,
     sweep_interval: Duration,
+    registry: Mutex<Registry>,
+}
+
+impl Inner {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        // Nothing panics while holding it; a poisoned lock's data is whole.
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The jobs, as registered and changed through [`JobsHandle`], and the
+/// calls of [`Scheduler::run`] going on, each told of every change.
+struct Registry {
+    jobs: Vec<Arc<JobState>>,
+    runs: Vec<mpsc::UnboundedSender<Change>>,
+}
+
+impl Registry {
+    /// Tells every run going on of `change`, forgetting the runs that ended.
+    fn tell(&mut self, change: &Change) {
+        self.runs.retain(|run| run.send(change.clone()).is_ok());
+    }
+}
+
+/// A change of the jobs, told to a run going on.
+#[derive(Clone)]
+enum Change {
+    /// Start the job's task (once the task of a job of that name removed
+    /// or replaced ended).
+    Start(Arc<JobState>),
+    /// Stop the job's task, its round in flight as `removal` says.
+    Stop { name: Arc<str>, removal: Removal },
+}
+
+/// What becomes of the round in flight of a job removed or replaced through
+/// a [`JobsHandle`] while [`Scheduler::run`] is going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The round runs to its end and is settled as usual (finished); no
+    /// instant of the job is claimed after it.
+    Finish,
+    /// The round's context ends at once, as at the shutdown
+    /// ([`Round::cancelled`](crate::Round::cancelled) fires): a round that
+    /// then stops early (returns an error) is cut short, its lease given
+    /// back and its instant left unfinished, so that a replica that still
+    /// runs the job runs it again within about one sweep. A round that
+    /// returns `Ok(())` anyway ran to its end and is finished.
+    CutShort,
 }
 
 /// A registered job, checked.
@@ -138,8 +187,8 @@ impl Policy {
 
 impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let jobs: Vec<_> = self
-            .inner
+        let registry = self.inner.registry();
+        let jobs: Vec<_> = registry
             .jobs
             .iter()
             .map(|j| (&*j.name, j.schedule.source(), j.per_instance))
@@ -217,61 +266,75 @@ impl SchedulerBuilder {
         let mut seen = HashSet::new();
         let mut jobs = Vec::with_capacity(self.jobs.len());
         for job in self.jobs {
-            if job.name.is_empty() {
-                return Err(Error::EmptyName);
-            }
-            if job.name.trim().is_empty() {
-                return Err(Error::BlankName { job: job.name });
-            }
-            if !seen.insert(job.name.clone()) {
-                return Err(Error::DuplicateName { job: job.name });
-            }
-            let lease_name = format!("{PREFIX}{}", job.name);
-            if lease_name.len() > MAX_NAME_BYTES {
-                let mut end = 40;
-                while !lease_name.is_char_boundary(end) {
-                    end -= 1;
-                }
-                return Err(Error::NameTooLong {
-                    lease_name: format!("{}...", &lease_name[..end]),
-                    len: lease_name.len(),
-                    max: MAX_NAME_BYTES,
-                    job: job.name,
-                });
-            }
-            if let Err(source) = validate_name(&lease_name) {
-                return Err(Error::InvalidName {
-                    job: job.name,
-                    source,
-                });
-            }
-            let schedule =
-                Schedule::parse(&job.schedule, job.time_zone.as_deref()).map_err(|source| {
-                    Error::InvalidSchedule {
-                        job: job.name.clone(),
-                        schedule: job.schedule.clone(),
-                        source,
-                    }
-                })?;
-            jobs.push(Arc::new(JobState {
-                name: Arc::from(job.name),
-                lease_name,
-                schedule,
-                per_instance: job.per_instance,
-                policy: Policy::of(job.missed, job.per_instance, self.look_back),
-                per_job_metrics: job.per_job_metrics,
-                run: job.run,
-            }));
+            jobs.push(Arc::new(check(job, self.look_back, |name| {
+                !seen.insert(name.to_owned())
+            })?));
         }
         Ok(Scheduler {
             inner: Arc::new(Inner {
                 leases: self.leases,
-                jobs,
                 look_back: self.look_back,
                 sweep_interval: self.sweep_interval,
+                registry: Mutex::new(Registry {
+                    jobs,
+                    runs: Vec::new(),
+                }),
             }),
         })
     }
+}
+
+/// Checks a job as [`SchedulerBuilder::build`] documents; `taken` tells
+/// whether its name is already a job's.
+fn check(
+    job: Job,
+    look_back: Duration,
+    taken: impl FnOnce(&str) -> bool,
+) -> Result<JobState, Error> {
+    if job.name.is_empty() {
+        return Err(Error::EmptyName);
+    }
+    if job.name.trim().is_empty() {
+        return Err(Error::BlankName { job: job.name });
+    }
+    if taken(&job.name) {
+        return Err(Error::DuplicateName { job: job.name });
+    }
+    let lease_name = format!("{PREFIX}{}", job.name);
+    if lease_name.len() > MAX_NAME_BYTES {
+        let mut end = 40;
+        while !lease_name.is_char_boundary(end) {
+            end -= 1;
+        }
+        return Err(Error::NameTooLong {
+            lease_name: format!("{}...", &lease_name[..end]),
+            len: lease_name.len(),
+            max: MAX_NAME_BYTES,
+            job: job.name,
+        });
+    }
+    if let Err(source) = validate_name(&lease_name) {
+        return Err(Error::InvalidName {
+            job: job.name,
+            source,
+        });
+    }
+    let schedule = Schedule::parse(&job.schedule, job.time_zone.as_deref()).map_err(|source| {
+        Error::InvalidSchedule {
+            job: job.name.clone(),
+            schedule: job.schedule.clone(),
+            source,
+        }
+    })?;
+    Ok(JobState {
+        name: Arc::from(job.name),
+        lease_name,
+        schedule,
+        per_instance: job.per_instance,
+        policy: Policy::of(job.missed, job.per_instance, look_back),
+        per_job_metrics: job.per_job_metrics,
+        run: job.run,
+    })
 }
 
 impl Scheduler {
@@ -286,9 +349,20 @@ impl Scheduler {
         }
     }
 
-    /// The registered jobs' names, in registration order.
-    pub fn jobs(&self) -> impl Iterator<Item = &str> {
-        self.inner.jobs.iter().map(|j| &*j.name)
+    /// The jobs' names, in registration order (a job added through
+    /// [`JobsHandle::add`] comes last; one replaced keeps its place).
+    #[must_use]
+    pub fn jobs(&self) -> Vec<String> {
+        self.handle().names()
+    }
+
+    /// A handle that adds, replaces and removes jobs, before
+    /// [`run`](Self::run) or while it is going (see [`JobsHandle`]).
+    #[must_use]
+    pub fn handle(&self) -> JobsHandle {
+        JobsHandle {
+            inner: self.inner.clone(),
+        }
     }
 
     /// The lease name a job's instants are claimed under: `cron:<job>`.
@@ -316,6 +390,9 @@ impl Scheduler {
     /// `wait` is, zero included. A `shutdown` cancelled before the call
     /// starts nothing: the jobs end at once, without a catch-up.
     ///
+    /// It runs the jobs registered as it starts, and follows the changes
+    /// made through [`JobsHandle`] while it goes on.
+    ///
     /// # Errors
     ///
     /// [`Error::Unavailable`] when the database does not answer as the
@@ -332,9 +409,16 @@ impl Scheduler {
     pub async fn run(&self, shutdown: &CancellationToken, wait: Duration) -> Result<(), Error> {
         let inner = &self.inner;
         let clock = Arc::new(Clock::from_process());
-        let cluster: Vec<_> = inner.jobs.iter().filter(|j| !j.per_instance).collect();
+        // The jobs as the run starts, and from then on each change of them.
+        let (jobs, mut changes) = {
+            let mut registry = inner.registry();
+            let (tx, rx) = mpsc::unbounded_channel();
+            registry.runs.push(tx);
+            (registry.jobs.clone(), rx)
+        };
+        let cluster = jobs.iter().filter(|j| !j.per_instance).count();
         if let Err(error) = clock.sync(&inner.leases).await {
-            if !cluster.is_empty() {
+            if cluster > 0 {
                 return Err(Error::Unavailable(error));
             }
             tracing::warn!(
@@ -343,7 +427,7 @@ impl Scheduler {
             );
         }
         tracing::info!(
-            jobs = inner.jobs.len(),
+            jobs = jobs.len(),
             instance = ?inner.leases.instance(),
             now = %Rfc3339(clock.now()),
             "scheduler started"
@@ -351,34 +435,43 @@ impl Scheduler {
         // At ERROR level, like the lease's own span, so that its field
         // reaches every event whatever level a subscriber filters at.
         let span = tracing::error_span!("scheduler", instance = ?inner.leases.instance());
-        let running: Running = Arc::new(watch::channel(BTreeSet::new()).0);
-        let mut tasks = JoinSet::new();
-        let mut offers = HashMap::new();
-        for job in &inner.jobs {
-            let (tx, rx) = mpsc::channel(1);
-            if !job.per_instance {
-                let _ = offers.insert(job.lease_name.clone(), tx);
+        let mut live = Live {
+            leases: inner.leases.clone(),
+            clock: clock.clone(),
+            shutdown: shutdown.clone(),
+            running: Arc::new(watch::channel(BTreeSet::new()).0),
+            tasks: JoinSet::new(),
+            offers: Arc::default(),
+            jobs: HashMap::new(),
+            span: span.clone(),
+        };
+        for job in jobs {
+            live.start(job);
+        }
+        let sweep = Sweep {
+            leases: inner.leases.clone(),
+            clock: clock.clone(),
+            shutdown: shutdown.clone(),
+            interval: inner.sweep_interval,
+            offers: live.offers.clone(),
+        };
+        let _ = live.tasks.spawn(sweep.run().instrument(span.clone()));
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                Some(change) = changes.recv() => match change {
+                    Change::Start(job) => live.start(job),
+                    Change::Stop { name, removal } => live.stop(&name, removal),
+                },
+                // Reaps the tasks of the jobs removed.
+                Some(_) = live.tasks.join_next() => {}
             }
-            let ctx = JobTask {
-                job: job.clone(),
-                leases: inner.leases.clone(),
-                clock: clock.clone(),
-                shutdown: shutdown.clone(),
-                running: running.clone(),
-            };
-            let _ = tasks.spawn(ctx.run(rx).instrument(span.clone()));
         }
-        if !offers.is_empty() {
-            let sweep = Sweep {
-                leases: inner.leases.clone(),
-                clock: clock.clone(),
-                shutdown: shutdown.clone(),
-                interval: inner.sweep_interval,
-                offers,
-            };
-            let _ = tasks.spawn(sweep.run().instrument(span.clone()));
-        }
-        shutdown.cancelled().await;
+        drop(changes);
+        let Live {
+            mut tasks, running, ..
+        } = live;
         tracing::info!(
             ?wait,
             "scheduler stopping: waiting for the rounds in flight"
@@ -396,6 +489,226 @@ impl Scheduler {
         );
         tasks.shutdown().await;
         Err(Error::ShutdownTimedOut { jobs, waited: wait })
+    }
+}
+
+/// The tasks of a run going on, and how to stop each job's.
+struct Live {
+    leases: Leases,
+    clock: Arc<Clock>,
+    shutdown: CancellationToken,
+    running: Running,
+    tasks: JoinSet<()>,
+    /// Where the sweep offers each job claiming its instants the rounds cut
+    /// short it finds, by lease name.
+    offers: Offers,
+    /// The tokens of the tasks started under each name, oldest first: a
+    /// job replaced may still run its last round while its successor
+    /// waits.
+    jobs: HashMap<Arc<str>, Vec<Tokens>>,
+    span: tracing::Span,
+}
+
+/// The sweep's offers, shared with the run that adds and removes jobs.
+pub(crate) type Offers = Arc<Mutex<HashMap<String, mpsc::Sender<Unfinished>>>>;
+
+/// What stops the task of one job, and tells it ended.
+struct Tokens {
+    /// Ends its rounds' context ([`Removal::CutShort`]), and stops the loop.
+    rounds: CancellationToken,
+    /// Stops its loop ([`Removal::Finish`]): a child of `rounds`.
+    stop: CancellationToken,
+    /// Cancelled once the task ended.
+    done: CancellationToken,
+}
+
+impl Live {
+    /// Starts the task of `job`, once the task of a job of the same name
+    /// (removed or replaced) ended: never two rounds of one name at once.
+    fn start(&mut self, job: Arc<JobState>) {
+        let previous = self
+            .jobs
+            .get(&job.name)
+            .and_then(|tasks| tasks.last())
+            .map(|t| t.done.clone());
+        let rounds = self.shutdown.child_token();
+        let stop = rounds.child_token();
+        let done = CancellationToken::new();
+        let (tx, rx) = mpsc::channel(1);
+        if !job.per_instance {
+            let _ = offers(&self.offers).insert(job.lease_name.clone(), tx);
+        }
+        self.jobs.entry(job.name.clone()).or_default().push(Tokens {
+            rounds: rounds.clone(),
+            stop: stop.clone(),
+            done: done.clone(),
+        });
+        let task = JobTask {
+            job,
+            leases: self.leases.clone(),
+            clock: self.clock.clone(),
+            shutdown: stop.clone(),
+            rounds,
+            running: self.running.clone(),
+        };
+        let _ = self.tasks.spawn(
+            async move {
+                let _done = done.drop_guard();
+                if let Some(previous) = previous {
+                    tokio::select! {
+                        biased;
+                        () = stop.cancelled() => return,
+                        () = previous.cancelled() => {}
+                    }
+                }
+                task.run(rx).await;
+            }
+            .instrument(self.span.clone()),
+        );
+    }
+
+    /// Stops the task of the job `name`, its round in flight as `removal`
+    /// says.
+    fn stop(&mut self, name: &str, removal: Removal) {
+        let _ = offers(&self.offers).remove(&Scheduler::lease_name(name));
+        self.jobs.retain(|_, tasks| {
+            tasks.retain(|t| !t.done.is_cancelled());
+            !tasks.is_empty()
+        });
+        // Every task still under the name: a job replaced with `Finish` and
+        // then removed with `CutShort` has its last round cut short too.
+        for tokens in self.jobs.get(name).into_iter().flatten() {
+            match removal {
+                Removal::Finish => tokens.stop.cancel(),
+                Removal::CutShort => tokens.rounds.cancel(),
+            }
+        }
+    }
+}
+
+/// The offers, locked.
+pub(crate) fn offers(offers: &Offers) -> MutexGuard<'_, HashMap<String, mpsc::Sender<Unfinished>>> {
+    offers.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Adds, replaces and removes the jobs of a [`Scheduler`], before
+/// [`Scheduler::run`] or while it is going; from
+/// [`Scheduler::handle`]. Cheap to clone; every clone changes the same
+/// jobs.
+///
+/// A change takes effect at once on every run going on (and the next run
+/// starts with the jobs as they are then). A job is checked as
+/// [`SchedulerBuilder::build`] checks it, with the same errors.
+///
+/// - An added job claims its instants from its registration on, by its
+///   [`MissedRuns`] as when a scheduler starts: a job that never ran (no
+///   record under its name) runs nothing missed, a job of a name with a
+///   record (it runs on other replicas, or ran before) catches up or
+///   backfills what its policy says.
+/// - A removed job claims no instant after the call; its round in flight
+///   finishes or is cut short, as [`Removal`] says. A round cut short is
+///   left unfinished in the database: a replica that still runs the job
+///   runs it again within about one sweep; when no replica runs it any
+///   more, nothing does, unless the job is added again (its sweep reruns
+///   it, if no later instant was claimed first).
+/// - A replaced job (same name) is the old one removed as [`Removal`] says
+///   and the new one added; the new one starts once the old one's round in
+///   flight ended, so that two rounds of one job never run at once on the
+///   replica (nor across the cluster: a claim holds the job's name).
+///
+/// Not yet: the same name registered with different schedules on several
+/// replicas is not detected. Each replica claims the instants of its own
+/// schedule; give every replica the same jobs.
+#[derive(Clone)]
+pub struct JobsHandle {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for JobsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobsHandle")
+            .field("jobs", &self.names())
+            .finish()
+    }
+}
+
+impl JobsHandle {
+    /// Adds a job.
+    ///
+    /// # Errors
+    ///
+    /// As [`SchedulerBuilder::build`]: [`Error::EmptyName`],
+    /// [`Error::BlankName`], [`Error::DuplicateName`] (a job of that name
+    /// is registered: [`replace`](Self::replace) it),
+    /// [`Error::NameTooLong`], [`Error::InvalidName`] or
+    /// [`Error::InvalidSchedule`]; nothing changed.
+    pub fn add(&self, job: Job) -> Result<(), Error> {
+        let mut registry = self.inner.registry();
+        let job = Arc::new(check(job, self.inner.look_back, |name| {
+            registry.jobs.iter().any(|j| &*j.name == name)
+        })?);
+        tracing::info!(target: TARGET, job = ?job.name, schedule = ?job.schedule.source(), "job added");
+        registry.jobs.push(job.clone());
+        registry.tell(&Change::Start(job));
+        Ok(())
+    }
+
+    /// Replaces the job of the same name (its round in flight as `removal`
+    /// says), or adds it when there is none; returns whether one was
+    /// replaced.
+    ///
+    /// # Errors
+    ///
+    /// As [`add`](Self::add), except that a job of the name is replaced
+    /// instead of refused; nothing changed.
+    pub fn replace(&self, job: Job, removal: Removal) -> Result<bool, Error> {
+        let mut registry = self.inner.registry();
+        let job = Arc::new(check(job, self.inner.look_back, |_| false)?);
+        let replaced = match registry.jobs.iter().position(|j| j.name == job.name) {
+            Some(at) => {
+                registry.jobs[at] = job.clone();
+                registry.tell(&Change::Stop {
+                    name: job.name.clone(),
+                    removal,
+                });
+                true
+            }
+            None => {
+                registry.jobs.push(job.clone());
+                false
+            }
+        };
+        tracing::info!(target: TARGET, job = ?job.name, schedule = ?job.schedule.source(), replaced, ?removal, "job replaced");
+        registry.tell(&Change::Start(job));
+        Ok(replaced)
+    }
+
+    /// Removes the job `name`, its round in flight as `removal` says;
+    /// returns whether there was one.
+    #[must_use = "false: no job of that name"]
+    pub fn remove(&self, name: &str, removal: Removal) -> bool {
+        let mut registry = self.inner.registry();
+        let Some(at) = registry.jobs.iter().position(|j| &*j.name == name) else {
+            return false;
+        };
+        let job = registry.jobs.remove(at);
+        tracing::info!(target: TARGET, job = ?job.name, ?removal, "job removed");
+        registry.tell(&Change::Stop {
+            name: job.name.clone(),
+            removal,
+        });
+        true
+    }
+
+    /// The jobs' names, in registration order.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.inner
+            .registry()
+            .jobs
+            .iter()
+            .map(|j| j.name.to_string())
+            .collect()
     }
 }
 

@@ -1,18 +1,16 @@
 //! The rerun sweep: every interval (plus a random part), one query for all
 //! the jobs' rounds cut short, each offered to its job's task.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{CancellationToken, Chain, Leases, Unfinished};
-use tokio::sync::mpsc;
+use lease_core::{CancellationToken, Chain, Leases};
 
 use crate::clock::Clock;
 use crate::log::{Escaped, TARGET};
 use crate::metrics;
 use crate::schedule::Rfc3339;
-use crate::scheduler::PREFIX;
+use crate::scheduler::{Offers, PREFIX, offers};
 
 /// The rerun sweep: every interval (plus a random part), one query for all
 /// the jobs' rounds cut short, each offered to its job.
@@ -21,36 +19,18 @@ pub(crate) struct Sweep {
     pub(crate) clock: Arc<Clock>,
     pub(crate) shutdown: CancellationToken,
     pub(crate) interval: Duration,
-    pub(crate) offers: HashMap<String, mpsc::Sender<Unfinished>>,
+    /// The jobs that claim their instants, by lease name: they change as
+    /// jobs are added and removed.
+    pub(crate) offers: Offers,
 }
 
 impl Sweep {
     /// Sweeps until the shutdown.
     pub(crate) async fn run(self) {
-        let names: Vec<&str> = self.offers.keys().map(String::as_str).collect();
         loop {
-            match self.leases.unfinished_instants(&names).await {
-                Ok(found) => {
-                    metrics::sweep(true);
-                    for u in found {
-                        tracing::debug!(target: TARGET,
-                            job = ?u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
-                            instant = %Rfc3339(u.instant),
-                            "rerun sweep found a round cut short"
-                        );
-                        if let Some(tx) = self.offers.get(&u.name) {
-                            // A job busy with a round gets it at the next sweep.
-                            let _ = tx.try_send(u);
-                        }
-                    }
-                }
-                Err(error) => {
-                    metrics::sweep(false);
-                    tracing::warn!(target: TARGET,
-                        error = %Escaped(Chain(&error)),
-                        "rerun sweep failed: the next one tries again"
-                    );
-                }
+            let names: Vec<String> = offers(&self.offers).keys().cloned().collect();
+            if !names.is_empty() {
+                self.sweep(&names).await;
             }
             let pause = self.interval + jitter(self.interval / 15);
             tokio::select! {
@@ -58,8 +38,39 @@ impl Sweep {
                 () = self.shutdown.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}
             }
+            if names.is_empty() {
+                continue;
+            }
             if let Err(error) = self.clock.sync(&self.leases).await {
                 tracing::debug!(target: TARGET, error = %Escaped(Chain(&error)), "could not read the database's clock");
+            }
+        }
+    }
+
+    /// One sweep of the jobs `names` (lease names).
+    async fn sweep(&self, names: &[String]) {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        match self.leases.unfinished_instants(&names).await {
+            Ok(found) => {
+                metrics::sweep(true);
+                for u in found {
+                    tracing::debug!(target: TARGET,
+                        job = ?u.name.strip_prefix(PREFIX).unwrap_or(&u.name),
+                        instant = %Rfc3339(u.instant),
+                        "rerun sweep found a round cut short"
+                    );
+                    if let Some(tx) = offers(&self.offers).get(&u.name) {
+                        // A job busy with a round gets it at the next sweep.
+                        let _ = tx.try_send(u);
+                    }
+                }
+            }
+            Err(error) => {
+                metrics::sweep(false);
+                tracing::warn!(target: TARGET,
+                    error = %Escaped(Chain(&error)),
+                    "rerun sweep failed: the next one tries again"
+                );
             }
         }
     }

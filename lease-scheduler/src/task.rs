@@ -41,7 +41,13 @@ pub(crate) struct JobTask {
     pub(crate) job: Arc<JobState>,
     pub(crate) leases: Leases,
     pub(crate) clock: Arc<Clock>,
+    /// Stops the loop: no instant is claimed once it is cancelled (the
+    /// scheduler's shutdown, or the job removed or replaced).
     pub(crate) shutdown: CancellationToken,
+    /// Ends the context of the job's rounds: the scheduler's shutdown, or
+    /// the job removed or replaced with [`Removal::CutShort`](crate::Removal).
+    /// `shutdown` is its child.
+    pub(crate) rounds: CancellationToken,
     pub(crate) running: Running,
 }
 

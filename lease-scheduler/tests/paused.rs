@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use common::{Call, Logs, Row, T0, TestStore, secs};
 use lease_core::{CancellationToken, Chain, Finished, Leases, NameError};
-use lease_scheduler::{Error, Job, JobResult, MissedRuns, Round, ScheduleError, Scheduler};
+use lease_scheduler::{
+    Error, Job, JobResult, MissedRuns, Removal, Round, ScheduleError, Scheduler,
+};
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
 
@@ -997,10 +999,7 @@ fn registration_errors_fail_the_build_with_a_clear_message() {
         job("g", "@every 1m").per_instance(),
     ])
     .unwrap();
-    assert_eq!(
-        ok.jobs().collect::<Vec<_>>(),
-        ["a", "b", "c", "d", "e", "f", "g"]
-    );
+    assert_eq!(ok.jobs(), ["a", "b", "c", "d", "e", "f", "g"]);
 }
 
 /// Issue 23, defect 3: a job name a lease name cannot hold fails the build,
@@ -1645,4 +1644,418 @@ async fn a_backfilled_round_cut_short_is_run_again_before_the_later_instants() {
         Vec::<String>::new()
     );
     assert_eq!(store.row(NAME).unwrap().unfinished_slot_ms, 0);
+}
+
+// Issue 26, item 2: jobs added, replaced and removed while the scheduler runs.
+
+/// The finishes the store answered: (job's lease name, instant, passed), ms
+/// since `T0`.
+fn finishes(store: &TestStore) -> Vec<(String, i64, i64)> {
+    store
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Finish {
+                name, slot, passed, ..
+            } => Some((name, slot - T0, passed - T0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A round of 5 s that records whether its context ended.
+fn five_seconds(
+    cancelled: &Arc<AtomicBool>,
+) -> impl Fn(Round) -> std::pin::Pin<Box<dyn Future<Output = JobResult> + Send>> + Send + Sync + 'static
+{
+    let cancelled = cancelled.clone();
+    move |round: Round| {
+        let cancelled = cancelled.clone();
+        Box::pin(async move {
+            tokio::select! {
+                () = sleep(secs(5)) => Ok(()),
+                () = round.cancelled() => {
+                    cancelled.store(true, Ordering::SeqCst);
+                    round.check()?;
+                    Ok(())
+                }
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_added_while_running_claims_its_instants_from_its_registration_on() {
+    let store = TestStore::new();
+    let (ticks, added, known) = (Rounds::default(), Rounds::default(), Rounds::default());
+    // The name of the second job added has a record (it ran before, or
+    // runs on other replicas): its missed-run policy applies as when a
+    // scheduler starts.
+    ran_before(&store, "cron:known", -3_600_000);
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording("tick", "@every 10s", &store, &ticks, done))
+        .build()
+        .unwrap();
+    let handle = scheduler.handle();
+    until(&store, 1_000).await;
+    let running = start(scheduler.clone(), secs(30));
+    until(&store, 15_000).await;
+
+    // Checked as the builder checks: nothing changes on an error.
+    let job = |name: &str, schedule: &str| Job::new(name, schedule, done);
+    assert!(matches!(
+        handle.add(job("", "@every 1s")),
+        Err(Error::EmptyName)
+    ));
+    assert!(matches!(
+        handle.add(job(" ", "@every 1s")),
+        Err(Error::BlankName { .. })
+    ));
+    assert!(
+        matches!(handle.add(job("tick", "@every 1s")), Err(Error::DuplicateName { job }) if job == "tick")
+    );
+    assert!(matches!(
+        handle.add(job(&"x".repeat(300), "@every 1s")),
+        Err(Error::NameTooLong { .. })
+    ));
+    assert!(matches!(
+        handle.add(job("bad\nname", "@every 1s")),
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(matches!(
+        handle.add(job("never", "0 0 30 2 *")),
+        Err(Error::InvalidSchedule { .. })
+    ));
+    assert_eq!(scheduler.jobs(), ["tick"]);
+
+    handle
+        .add(recording("added", "@every 10s", &store, &added, done))
+        .unwrap();
+    handle
+        .add(recording("known", "@every 10s", &store, &known, done))
+        .unwrap();
+    assert_eq!(handle.names(), ["tick", "added", "known"]);
+    until(&store, 35_000).await;
+    running.stop().await.unwrap();
+
+    let kinds = |rounds: &Rounds| {
+        rounds
+            .all()
+            .iter()
+            .map(|s| (s.instant, s.started, s.catch_up))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        kinds(&added),
+        [(20_000, 20_000, false), (30_000, 30_000, false)],
+        "a job that never ran: from its registration (15 s) on, nothing before"
+    );
+    assert_eq!(
+        kinds(&known),
+        [
+            (10_000, 15_000, true),
+            (20_000, 20_000, false),
+            (30_000, 30_000, false)
+        ],
+        "a job with a record: the latest missed instant caught up (MissedRuns::Latest)"
+    );
+    assert_eq!(ticks.instants(), [10_000, 20_000, 30_000]);
+    // The next run starts with the jobs as they are.
+    assert_eq!(scheduler.jobs(), ["tick", "added", "known"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_removed_with_finish_runs_its_round_to_its_end_and_claims_nothing_after() {
+    let (logs, _guard) = Logs::capture();
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &rounds,
+            five_seconds(&cancelled),
+        ))
+        .job(Job::new("other", "@every 10s", done))
+        .build()
+        .unwrap();
+    let handle = scheduler.handle();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    assert!(handle.remove("tick", Removal::Finish));
+    assert!(!handle.remove("tick", Removal::Finish), "removed once");
+    assert_eq!(handle.names(), ["other"]);
+    until(&store, 45_000).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(
+        rounds.instants(),
+        [10_000],
+        "nothing claimed after the removal"
+    );
+    assert!(
+        !cancelled.load(Ordering::SeqCst),
+        "the round ran to its end"
+    );
+    let tick: Vec<_> = finishes(&store)
+        .into_iter()
+        .filter(|(name, ..)| name == NAME)
+        .collect();
+    assert_eq!(tick, [(NAME.to_owned(), 10_000, 10_000)], "finished");
+    let claims: Vec<_> = store
+        .calls()
+        .into_iter()
+        .filter(|c| matches!(c, Call::ClaimInstant { name, .. } if name == NAME))
+        .collect();
+    assert_eq!(
+        claims,
+        [Call::ClaimInstant {
+            name: NAME.into(),
+            slot: T0 + 10_000,
+            at: T0 + 10_000,
+            claimed: true
+        }],
+        "no claim after the removal"
+    );
+    // The other job ran on.
+    let other = finishes(&store)
+        .into_iter()
+        .filter(|(name, ..)| name == "cron:other")
+        .count();
+    assert_eq!(other, 4);
+    assert_eq!(
+        logs.matching(&["job removed", "job=\"tick\"", "removal=Finish"])
+            .len(),
+        1,
+        "{:#?}",
+        logs.lines()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_removed_with_cut_short_is_released_and_rerun_by_a_replica_that_runs_it() {
+    let store = TestStore::new();
+    let rounds = Rounds::default();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    // a sweeps every second: had the job stayed offered to it, a would run
+    // the round cut short again.
+    let a = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &rounds,
+            five_seconds(&cancelled),
+        ))
+        .sweep_interval(secs(1))
+        .build()
+        .unwrap();
+    let handle = a.handle();
+    until(&store, 1_000).await;
+    let running_a = start(a, secs(30));
+    until(&store, 12_000).await;
+    assert!(handle.remove("tick", Removal::CutShort));
+    until(&store, 13_000).await;
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the round's context ended"
+    );
+    assert!(store.calls().contains(&Call::Release {
+        name: NAME.into(),
+        released: true
+    }));
+    assert!(!finishes(&store).iter().any(|(name, ..)| name == NAME));
+    // Removed everywhere (no replica runs it): the instant stays
+    // unfinished, and nothing runs it.
+    until(&store, 25_000).await;
+    let row = store.row(NAME).unwrap();
+    assert_eq!(
+        (row.unfinished_slot_ms, row.expires_at_ms),
+        (T0 + 10_000, 0),
+        "unfinished and free"
+    );
+    assert_eq!(
+        rounds.instants(),
+        [10_000],
+        "a claims nothing after the removal"
+    );
+
+    // A replica that runs the job reruns it once, at its first sweep, then
+    // claims the job's next instant (it skips what it missed, so that its
+    // start-up catch-up does not give the round cut short up).
+    let b = Scheduler::builder(leases(&store, "b"))
+        .job(recording("tick", "@every 10s", &store, &rounds, done).missed(MissedRuns::Skip))
+        .sweep_interval(secs(1))
+        .build()
+        .unwrap();
+    let running_b = start(b, secs(30));
+    until(&store, 35_000).await;
+    running_b.stop().await.unwrap();
+    running_a.stop().await.unwrap();
+    let all = rounds.all();
+    assert_eq!(
+        all.iter()
+            .map(|s| (s.instant, s.started, s.rerun))
+            .collect::<Vec<_>>(),
+        [
+            (10_000, 10_000, false),
+            (10_000, 25_000, true),
+            (30_000, 30_000, false)
+        ],
+        "{all:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_replaced_with_finish_takes_its_new_schedule_after_the_old_round() {
+    let store = TestStore::new();
+    let (old, new) = (Rounds::default(), Rounds::default());
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &old,
+            five_seconds(&cancelled),
+        ))
+        .build()
+        .unwrap();
+    let handle = scheduler.handle();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    // Checked as the builder checks: an error changes nothing.
+    assert!(matches!(
+        handle.replace(Job::new("tick", "@every never", done), Removal::Finish),
+        Err(Error::InvalidSchedule { .. })
+    ));
+    let replaced = handle
+        .replace(
+            recording("tick", "@every 20s", &store, &new, done),
+            Removal::Finish,
+        )
+        .unwrap();
+    assert!(replaced);
+    assert_eq!(handle.names(), ["tick"]);
+    until(&store, 45_000).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(old.instants(), [10_000]);
+    assert!(
+        !cancelled.load(Ordering::SeqCst),
+        "the old round ran to its end"
+    );
+    assert_eq!(new.instants(), [20_000, 40_000], "the new schedule");
+    assert_eq!(
+        finishes(&store),
+        [
+            (NAME.to_owned(), 10_000, 10_000),
+            (NAME.to_owned(), 20_000, 20_000),
+            (NAME.to_owned(), 40_000, 40_000)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_replaced_with_cut_short_reruns_the_old_round_as_the_new_job() {
+    let store = TestStore::new();
+    let (old, new) = (Rounds::default(), Rounds::default());
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &old,
+            five_seconds(&cancelled),
+        ))
+        .sweep_interval(secs(1))
+        .build()
+        .unwrap();
+    let handle = scheduler.handle();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    let replaced = handle
+        .replace(
+            recording("tick", "@every 10s", &store, &new, done),
+            Removal::CutShort,
+        )
+        .unwrap();
+    assert!(replaced);
+    until(&store, 25_000).await;
+    running.stop().await.unwrap();
+
+    assert_eq!(old.instants(), [10_000]);
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the old round was cut short"
+    );
+    assert!(store.calls().contains(&Call::Release {
+        name: NAME.into(),
+        released: true
+    }));
+    // The job still runs here: its instant cut short runs again once, as
+    // the new job, and then the new job's instants.
+    let seen = new.all();
+    assert_eq!(
+        seen.iter()
+            .map(|s| (s.instant, s.rerun))
+            .collect::<Vec<_>>(),
+        [(10_000, true), (20_000, false)],
+        "{seen:?}"
+    );
+    assert!(seen[0].started < 15_000, "rerun within a sweep: {seen:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_with_cut_short_reaches_the_last_round_of_a_job_replaced_with_finish() {
+    let store = TestStore::new();
+    let (old, new) = (Rounds::default(), Rounds::default());
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let scheduler = Scheduler::builder(leases(&store, "a"))
+        .job(recording(
+            "tick",
+            "@every 10s",
+            &store,
+            &old,
+            five_seconds(&cancelled),
+        ))
+        .build()
+        .unwrap();
+    let handle = scheduler.handle();
+    until(&store, 1_000).await;
+    let running = start(scheduler, secs(30));
+    until(&store, 12_000).await;
+    let replaced = handle
+        .replace(
+            recording("tick", "@every 10s", &store, &new, done),
+            Removal::Finish,
+        )
+        .unwrap();
+    assert!(replaced);
+    until(&store, 13_000).await;
+    assert!(!cancelled.load(Ordering::SeqCst), "the old round runs on");
+    assert!(handle.remove("tick", Removal::CutShort));
+    until(&store, 14_000).await;
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the old round was cut short"
+    );
+    until(&store, 35_000).await;
+    running.stop().await.unwrap();
+    assert_eq!(old.instants(), [10_000]);
+    assert_eq!(
+        new.instants(),
+        Vec::<i64>::new(),
+        "the new job never started"
+    );
+    assert!(store.calls().contains(&Call::Release {
+        name: NAME.into(),
+        released: true
+    }));
 }

@@ -5,6 +5,12 @@
 //! three databases running side by side, about 60 s). Each process writes what its rounds saw to a file of
 //! its own; the history checker of the in-process test then reads them all.
 //!
+//! Each replica also adds a job while it runs (about 5 s in) and removes
+//! one of its own (about 20 s in, letting its round in flight finish),
+//! through `Scheduler::handle` (issue 26, item 2): the job added runs every
+//! instant from its first registration on, the job removed every instant up
+//! to its removal and none after it, both judged by the same checker.
+//!
 //! The replicas are this test binary run again (`replica_process`, ignored
 //! unless the parent's environment names it), so that no other binary is
 //! needed. Same shortened timings as the in-process test.
@@ -25,12 +31,13 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use history::{Excuses, FinishRecorder, Outcome, Rec, job_of, wall_ms};
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
-use lease_scheduler::{Job, Round, Scheduler};
+use lease_scheduler::{Job, Removal, Round, Scheduler};
 
 const CHILD: &str = "LEASE_SCHEDULER_TEST_CHILD";
 const URL: &str = "LEASE_SCHEDULER_TEST_URL";
@@ -44,6 +51,12 @@ const WORK: Duration = Duration::from_millis(150);
 const JOBS: usize = 20;
 /// How long each replica runs its scheduler.
 const RUN_SECONDS: u64 = 30;
+/// The job each replica adds while it runs, and when.
+const ADDED: usize = JOBS;
+const ADD_AFTER: Duration = Duration::from_secs(5);
+/// The job each replica runs from the start and removes, and when.
+const REMOVED: usize = JOBS + 1;
+const REMOVE_AFTER: Duration = Duration::from_secs(20);
 /// How long after the start the killed replica is first looked at.
 const KILL_AFTER: Duration = Duration::from_secs(10);
 
@@ -184,6 +197,66 @@ impl tracing::Subscriber for GivenUp {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// Whether this first round (`id` is "job instant") is to be held open
+/// until the process is killed: once the parent created `<log>.hold`, the
+/// first such round of the process is, and says so in the log. The parent
+/// then kills the process mid-round whatever the machine's load, instead
+/// of watching for a round at the right age (a starved parent misses such
+/// windows).
+fn hold(id: &str) -> bool {
+    static HELD: AtomicBool = AtomicBool::new(false);
+    let Ok(log_path) = std::env::var(LOG) else {
+        return false;
+    };
+    if HELD.load(Ordering::SeqCst) || !Path::new(&format!("{log_path}.hold")).exists() {
+        return false;
+    }
+    if HELD.swap(true, Ordering::SeqCst) {
+        return false;
+    }
+    let mut file = OpenOptions::new().append(true).open(&log_path).unwrap();
+    file.write_all(format!("held {id}\n").as_bytes()).unwrap();
+    file.flush().unwrap();
+    true
+}
+
+/// Job `i` of a replica: rounds of 150 ms, each logged to `file`.
+fn job(prefix: &str, i: usize, file: &Arc<Mutex<File>>) -> Job {
+    let file = file.clone();
+    Job::new(format!("{prefix}-{i}"), "@every 1s", move |round: Round| {
+        let file = file.clone();
+        async move {
+            let id = format!("{i} {}", round.instant().as_millis());
+            log(
+                &file,
+                &format!(
+                    "start {id} {} {} {}",
+                    round.is_rerun(),
+                    round.term().unwrap(),
+                    wall_ms()
+                ),
+            );
+            if !round.is_rerun() && hold(&id) {
+                round.cancelled().await;
+                log(&file, &format!("end {id} cut {}", wall_ms()));
+                round.check()?;
+                return Ok(());
+            }
+            tokio::select! {
+                () = tokio::time::sleep(WORK) => {
+                    log(&file, &format!("end {id} ran {}", wall_ms()));
+                    Ok(())
+                }
+                () = round.cancelled() => {
+                    log(&file, &format!("end {id} cut {}", wall_ms()));
+                    round.check()?;
+                    Ok(())
+                }
+            }
+        }
+    })
+}
+
 /// A replica: run by the parent test as a child process.
 #[test]
 #[ignore = "a replica process of the cross-process tests: they run it"]
@@ -221,40 +294,11 @@ fn replica_process() {
             .unwrap();
         let mut builder =
             Scheduler::builder(leases.clone()).sweep_interval(Duration::from_millis(100));
-        for i in 0..JOBS {
-            let file = file.clone();
-            builder = builder.job(Job::new(
-                format!("{prefix}-{i}"),
-                "@every 1s",
-                move |round: Round| {
-                    let file = file.clone();
-                    async move {
-                        let id = format!("{i} {}", round.instant().as_millis());
-                        log(
-                            &file,
-                            &format!(
-                                "start {id} {} {} {}",
-                                round.is_rerun(),
-                                round.term().unwrap(),
-                                wall_ms()
-                            ),
-                        );
-                        tokio::select! {
-                            () = tokio::time::sleep(WORK) => {
-                                log(&file, &format!("end {id} ran {}", wall_ms()));
-                                Ok(())
-                            }
-                            () = round.cancelled() => {
-                                log(&file, &format!("end {id} cut {}", wall_ms()));
-                                round.check()?;
-                                Ok(())
-                            }
-                        }
-                    }
-                },
-            ));
+        for i in (0..JOBS).chain([REMOVED]) {
+            builder = builder.job(job(&prefix, i, &file));
         }
         let scheduler = builder.build().unwrap();
+        let jobs = scheduler.handle();
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let run = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(5)).await });
@@ -262,7 +306,21 @@ fn replica_process() {
             &file,
             &format!("ready {}", leases.now().await.unwrap().as_millis()),
         );
-        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        tokio::time::sleep(ADD_AFTER).await;
+        // The database's time before the job is registered: none of its
+        // instants before it may run.
+        let before = leases.now().await.unwrap().as_millis();
+        jobs.add(job(&prefix, ADDED, &file)).unwrap();
+        log(&file, &format!("added {before}"));
+        tokio::time::sleep(REMOVE_AFTER - ADD_AFTER).await;
+        assert!(jobs.remove(&format!("{prefix}-{REMOVED}"), Removal::Finish));
+        // The database's time after the removal: no instant after it may be
+        // claimed by this replica.
+        log(
+            &file,
+            &format!("removed {}", leases.now().await.unwrap().as_millis()),
+        );
+        tokio::time::sleep(Duration::from_secs(seconds).saturating_sub(REMOVE_AFTER)).await;
         log(
             &file,
             &format!("stopping {}", leases.now().await.unwrap().as_millis()),
@@ -276,6 +334,12 @@ fn replica_process() {
 struct Log {
     ready: Option<i64>,
     stopping: Option<i64>,
+    /// The round held open for the kill (job, instant).
+    held: Option<(usize, i64)>,
+    /// The database's time before the replica added its job.
+    added: Option<i64>,
+    /// The database's time after the replica removed its job.
+    removed: Option<i64>,
     recs: Vec<Rec>,
     /// (job, from, to): the instants `from..to` of the job this replica's
     /// scheduler gave up.
@@ -286,6 +350,9 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
     let mut log = Log {
         ready: None,
         stopping: None,
+        held: None,
+        added: None,
+        removed: None,
         recs: Vec::new(),
         given_up: Vec::new(),
     };
@@ -298,6 +365,9 @@ fn read(path: &Path, replica: &str, killed_at: Option<i64>) -> Log {
         match (f[0], f.len()) {
             ("ready", 2) => log.ready = Some(f[1].parse().unwrap()),
             ("stopping", 2) => log.stopping = Some(f[1].parse().unwrap()),
+            ("added", 2) => log.added = Some(f[1].parse().unwrap()),
+            ("held", 3) => log.held = Some((f[1].parse().unwrap(), f[2].parse().unwrap())),
+            ("removed", 2) => log.removed = Some(f[1].parse().unwrap()),
             ("start", 6) => log.recs.push(Rec {
                 job: f[1].parse().unwrap(),
                 instant: f[2].parse().unwrap(),
@@ -390,26 +460,24 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
         .map(|(r, path)| spawn(r, url, table, &prefix, path, RUN_SECONDS))
         .collect();
 
-    // Kill c in the middle of a first round (not a rerun, not at its edge).
-    let give_up = Instant::now() + Duration::from_secs(30);
+    // Kill c in the middle of a first round (not a rerun): one held open
+    // (see `hold`), waited for up to 60 s on a loaded machine.
     tokio::time::sleep(KILL_AFTER).await;
+    let _ = File::create(format!("{}.hold", logs[2].1.display())).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(60);
     let killed_at = loop {
         let c = read(&logs[2].1, "c", None);
-        let open_round = c
-            .recs
-            .iter()
-            .find(|r| r.outcome == Outcome::Running && !r.rerun)
-            .map(|r| (r.job, r.instant, r.start_ms));
-        if let Some((_, _, start)) = open_round {
-            // Well inside the round (150 ms), at least 50 ms before its end:
-            // a kill then cuts it short, not a round about to be finished.
-            if (20..100).contains(&(wall_ms() - start)) {
-                children[2].kill().unwrap();
-                break wall_ms();
-            }
+        let held = c.held.is_some_and(|(job, instant)| {
+            c.recs
+                .iter()
+                .any(|r| r.job == job && r.instant == instant && r.outcome == Outcome::Running)
+        });
+        if held {
+            children[2].kill().unwrap();
+            break wall_ms();
         }
-        assert!(Instant::now() < give_up, "c never ran a round");
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(Instant::now() < give_up, "c never held a round in 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let status = children[2].wait().unwrap();
     assert!(!status.success(), "c was killed");
@@ -438,12 +506,79 @@ async fn scenario(url: &str, table: &str, dir: &Path) {
             excuses.given_up.push((replica.to_owned(), job, from, to));
         }
     }
+    let added = [a.added, b.added, c.added].into_iter().flatten().min();
+    let added = added.expect("a replica added its job");
+    let removed = [(&a, "a"), (&b, "b"), (&c, "c")]
+        .into_iter()
+        .filter_map(|(log, r)| log.removed.map(|t| (r, t)))
+        .collect::<Vec<_>>();
     let recs: Vec<Rec> = [a.recs, b.recs, c.recs].concat();
     // Rounds cut short by the survivors' own shutdowns at the end have no
     // peer left to run them again; the killed replica's must have run again.
     let rerun_due = |r: &Rec| r.outcome == Outcome::Dropped;
-    history::check_with(&recs, JOBS, started, stopped, rerun_due, &excuses);
-    history::planted_bugs_are_caught_with(&recs, JOBS, started, stopped, rerun_due, &excuses);
+    let of = |job: usize| -> Vec<Rec> {
+        recs.iter()
+            .filter(|r| r.job == job)
+            .map(|r| Rec {
+                job: 0,
+                ..r.clone()
+            })
+            .collect()
+    };
+    // The instants every live replica gave up, of one job, as job 0.
+    let excuses_of = |job: usize| Excuses {
+        replicas: excuses.replicas.clone(),
+        given_up: excuses
+            .given_up
+            .iter()
+            .filter(|g| g.1 == job)
+            .map(|(r, _, from, to)| (r.clone(), 0, *from, *to))
+            .collect(),
+    };
+    let fixed: Vec<Rec> = recs.iter().filter(|r| r.job < JOBS).cloned().collect();
+    history::check_with(&fixed, JOBS, started, stopped, rerun_due, &excuses);
+    history::planted_bugs_are_caught_with(&fixed, JOBS, started, stopped, rerun_due, &excuses);
+
+    // The job added: every instant from its first registration on, by the
+    // same rules; none before it.
+    let added_recs = of(ADDED);
+    assert!(
+        added_recs.iter().all(|r| r.instant > added),
+        "the job added ran an instant before its first registration ({added}): {added_recs:#?}"
+    );
+    history::check_with(
+        &added_recs,
+        1,
+        added,
+        stopped,
+        rerun_due,
+        &excuses_of(ADDED),
+    );
+    // The job removed: every instant up to its first removal, by the same
+    // rules; none claimed by a replica after it removed the job.
+    let removed_recs = of(REMOVED);
+    let first_removed = removed
+        .iter()
+        .map(|(_, t)| *t)
+        .min()
+        .expect("a replica removed its job");
+    for (replica, at) in &removed {
+        assert!(
+            removed_recs
+                .iter()
+                .filter(|r| r.replica == *replica)
+                .all(|r| r.instant <= *at),
+            "{replica} ran the job removed after it removed it ({at}): {removed_recs:#?}"
+        );
+    }
+    history::check_with(
+        &removed_recs,
+        1,
+        started,
+        first_removed,
+        rerun_due,
+        &excuses_of(REMOVED),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,9 @@
 //! `MissedRuns::Backfill` run every instant missed since the last on record,
 //! once each, in order, one at a time, through each database's claim.
 //!
+//! And the dynamic-jobs scenario (issue 26, item 2): two replicas, a job
+//! added and another removed on both while they run.
+//!
 //! PostgreSQL and MariaDB come from `LEASE_TEST_POSTGRES_URL` and
 //! `LEASE_TEST_MYSQL_URL`: unset, the test is skipped with a note; unset
 //! under `CI=true`, it fails.
@@ -39,7 +42,7 @@ use std::time::Duration;
 use history::{FinishRecorder, JOBS, Outcome, Rec, job_of, wall_ms};
 use lease_core::UtcMillis;
 use lease_core::{CancellationToken, LeaseStore, Leases, Timings};
-use lease_scheduler::{Job, MissedRuns, Round, Scheduler};
+use lease_scheduler::{Job, MissedRuns, Removal, Round, Scheduler};
 use tokio::time::{Instant, sleep};
 
 const WORK: Duration = Duration::from_millis(150);
@@ -66,24 +69,57 @@ struct History {
     in_flight: [AtomicI32; JOBS],
     /// Times two rounds of one job were in flight at once.
     overlaps: AtomicI32,
+    /// The round held open for the test to end its replica mid-round.
+    hold: Mutex<Hold>,
+}
+
+/// Which replicas may hold a round open, and the round held.
+///
+/// A round of a candidate replica (a first round, not a rerun) that starts
+/// while none is held stays running until its context ends or its future
+/// is dropped: the test then ends that replica mid-round whatever the
+/// machine's load, instead of watching for a round at the right age (a
+/// starved test task missed those windows, and a replica that lost every
+/// claim for a while never had one).
+#[derive(Default)]
+struct Hold {
+    candidates: Vec<&'static str>,
+    /// The replica and the index in `recs` of the round held.
+    held: Option<(&'static str, usize)>,
 }
 
 impl History {
-    /// A first round (not a rerun) `replica` has been in for 20 to 100 ms:
-    /// well inside it, at least 50 ms before its end.
-    fn mid_round(&self, replica: &str) -> Option<usize> {
-        let now = wall_ms();
-        self.recs
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|r| {
-                r.replica == replica
-                    && r.outcome == Outcome::Running
-                    && !r.rerun
-                    && (20..100).contains(&(now - r.start_ms))
-            })
-            .map(|r| r.job)
+    /// Lets one round of one of `candidates` be held open.
+    fn hold_one_of(&self, candidates: &[&'static str]) {
+        let mut hold = self.hold.lock().unwrap();
+        hold.candidates = candidates.to_vec();
+        hold.held = None;
+    }
+
+    /// Whether the round at `index` of `replica` is to be held open.
+    fn take_hold(&self, replica: &'static str, index: usize) -> bool {
+        let mut hold = self.hold.lock().unwrap();
+        if hold.held.is_none() && hold.candidates.contains(&replica) {
+            hold.held = Some((replica, index));
+            hold.candidates.clear();
+            return true;
+        }
+        false
+    }
+
+    /// The round held ended on its own (its lease lost on a loaded
+    /// machine): let another be held.
+    fn release_hold(&self, replica: &'static str, index: usize) {
+        let mut hold = self.hold.lock().unwrap();
+        if hold.held == Some((replica, index)) {
+            hold.held = None;
+            hold.candidates = vec![replica];
+        }
+    }
+
+    /// The replica whose round is held open, if one is.
+    fn held(&self) -> Option<&'static str> {
+        self.hold.lock().unwrap().held.map(|(replica, _)| replica)
     }
 }
 
@@ -133,6 +169,13 @@ fn job(prefix: &str, i: usize, replica: &'static str, history: &Arc<History>) ->
                 job: i,
                 outcome: Outcome::Dropped,
             };
+            if !round.is_rerun() && history.take_hold(replica, index) {
+                round.cancelled().await;
+                history.release_hold(replica, index);
+                ending.outcome = Outcome::CutShort;
+                round.check()?;
+                return Ok(());
+            }
             tokio::select! {
                 () = sleep(WORK) => {
                     ending.outcome = Outcome::Ran;
@@ -189,17 +232,21 @@ fn replica(
     Replica { shutdown, task }
 }
 
-/// Waits (at most 10 s) until `replica` is well inside a first round (not a
-/// rerun), and returns its job: ending it now cuts it short, not a round
-/// that is about to end and be finished.
-async fn mid_round(history: &History, replica: &str) -> usize {
-    let give_up = Instant::now() + Duration::from_secs(10);
+/// Lets one first round of one of `candidates` be held open, waits (at
+/// most 60 s, for a starved runtime) until one is, and returns its replica:
+/// ending that replica now cuts the round short, whatever the load.
+async fn mid_round(history: &History, candidates: &[&'static str]) -> &'static str {
+    history.hold_one_of(candidates);
+    let give_up = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(job) = history.mid_round(replica) {
-            return job;
+        if let Some(replica) = history.held() {
+            return replica;
         }
-        assert!(Instant::now() < give_up, "{replica} never ran a round");
-        sleep(Duration::from_millis(2)).await;
+        assert!(
+            Instant::now() < give_up,
+            "none of {candidates:?} ran a round in 60 s"
+        );
+        sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -212,33 +259,46 @@ async fn scenario(stores: [Arc<dyn LeaseStore>; 3]) {
     leases.migrate().await.unwrap();
     let [a, b, c] = stores;
     let started = leases.now().await.unwrap().as_millis();
-    let ra = replica(a, "a", &prefix, &history);
-    let rb = replica(b, "b", &prefix, &history);
-    let rc = replica(c, "c", &prefix, &history);
+    let mut replicas = vec![
+        ("a", replica(a, "a", &prefix, &history)),
+        ("b", replica(b, "b", &prefix, &history)),
+        ("c", replica(c, "c", &prefix, &history)),
+    ];
 
-    // Crash c mid-round: its scheduler's future dropped, its leases left to
-    // expire.
+    // Crash whichever replica is first mid-round: its scheduler's future
+    // dropped, its leases left to expire.
     sleep(Duration::from_millis(1_500)).await;
-    let _ = mid_round(&history, "c").await;
-    rc.task.abort();
-    assert!(rc.task.await.unwrap_err().is_cancelled());
+    let crashed = mid_round(&history, &["a", "b", "c"]).await;
+    let at = replicas.iter().position(|(n, _)| *n == crashed).unwrap();
+    let (_, victim) = replicas.remove(at);
+    victim.task.abort();
+    assert!(victim.task.await.unwrap_err().is_cancelled());
 
-    // Shut b down mid-round: its round is cut short and given back.
+    // Shut one of the other two down mid-round: its round is cut short and
+    // given back.
     sleep(Duration::from_millis(1_000)).await;
-    let _ = mid_round(&history, "b").await;
-    rb.shutdown.cancel();
-    rb.task.await.unwrap().unwrap();
+    let names: Vec<&'static str> = replicas.iter().map(|(n, _)| *n).collect();
+    let stopped_one = mid_round(&history, &names).await;
+    let at = replicas
+        .iter()
+        .position(|(n, _)| *n == stopped_one)
+        .unwrap();
+    let (_, victim) = replicas.remove(at);
+    victim.shutdown.cancel();
+    victim.task.await.unwrap().unwrap();
 
     sleep(Duration::from_millis(3_000)).await;
     let stopped = leases.now().await.unwrap().as_millis();
-    ra.shutdown.cancel();
-    ra.task.await.unwrap().unwrap();
+    let (survivor, last) = replicas.pop().unwrap();
+    last.shutdown.cancel();
+    last.task.await.unwrap().unwrap();
 
-    check(&history, started, stopped);
+    check(&history, started, stopped, [crashed, stopped_one, survivor]);
 }
 
 /// The in-process checks, then the history checker.
-fn check(history: &History, started: i64, stopped: i64) {
+/// `[crashed, shut down, survivor]` name the replicas by their fate.
+fn check(history: &History, started: i64, stopped: i64, [crashed, shut, survivor]: [&str; 3]) {
     assert_eq!(
         history.overlaps.load(Ordering::SeqCst),
         0,
@@ -247,17 +307,17 @@ fn check(history: &History, started: i64, stopped: i64) {
     let recs = history.recs.lock().unwrap().clone();
     assert!(
         recs.iter()
-            .any(|r| r.outcome == Outcome::Dropped && r.replica == "c"),
+            .any(|r| r.outcome == Outcome::Dropped && r.replica == crashed),
         "the crashed replica's round is in the history: {recs:#?}"
     );
     assert!(
         recs.iter()
-            .any(|r| r.outcome == Outcome::CutShort && r.replica == "b"),
+            .any(|r| r.outcome == Outcome::CutShort && r.replica == shut),
         "the shut-down replica's round is in the history: {recs:#?}"
     );
     // The last replica's rounds cut short by its own shutdown have no peer
     // left to run them again.
-    let rerun_due = |r: &Rec| r.replica != "a";
+    let rerun_due = |r: &Rec| r.replica != survivor;
     history::check(&recs, JOBS, started, stopped, rerun_due);
     history::planted_bugs_are_caught(&recs, JOBS, started, stopped, rerun_due);
 }
@@ -359,6 +419,201 @@ async fn backfill_scenario(stores: [Arc<dyn LeaseStore>; 2]) {
             "two rounds at once: {pair:#?}"
         );
     }
+}
+
+/// A round of the dynamic-jobs scenario: its job, instant and wall times.
+#[derive(Debug, Clone)]
+struct Dyn {
+    job: &'static str,
+    instant: i64,
+    #[expect(dead_code, reason = "shown when an assertion fails")]
+    replica: &'static str,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+/// A job `@every 1s` of rounds of 150 ms that records them in `rounds`.
+fn dyn_job(
+    name: &str,
+    job: &'static str,
+    replica: &'static str,
+    rounds: &Arc<Mutex<Vec<Dyn>>>,
+) -> Job {
+    let rounds = rounds.clone();
+    Job::new(name, "@every 1s", move |round: Round| {
+        let rounds = rounds.clone();
+        async move {
+            let start_ms = wall_ms();
+            sleep(WORK).await;
+            rounds.lock().unwrap().push(Dyn {
+                job,
+                instant: round.instant().as_millis(),
+                replica,
+                start_ms,
+                end_ms: wall_ms(),
+            });
+            Ok(())
+        }
+    })
+}
+
+/// Issue 26, item 2, on a real database: two replicas run a job `kept`
+/// and a job `removed`; a job `added` is added on both while they run, then
+/// `removed` is removed on both ([`Removal::Finish`]). The job added runs
+/// only instants after its registration, each once; the job removed claims
+/// no instant after its removal; no job ever runs two rounds at once.
+async fn dynamic_scenario(stores: [Arc<dyn LeaseStore>; 2]) {
+    let prefix = unique("dynamic-");
+    let (kept, added, removed) = (
+        format!("{prefix}-kept"),
+        format!("{prefix}-added"),
+        format!("{prefix}-removed"),
+    );
+    let leases = Leases::from_arc(stores[0].clone()).with_timings(timings());
+    leases.migrate().await.unwrap();
+    let rounds: Arc<Mutex<Vec<Dyn>>> = Arc::default();
+    let mut replicas = Vec::new();
+    let mut handles = Vec::new();
+    for (store, replica) in stores.into_iter().zip(["a", "b"]) {
+        let leases = Leases::from_arc(store)
+            .with_timings(timings())
+            .with_instance(replica)
+            .unwrap();
+        let scheduler = Scheduler::builder(leases)
+            .sweep_interval(Duration::from_millis(100))
+            .job(dyn_job(&kept, "kept", replica, &rounds))
+            .job(dyn_job(&removed, "removed", replica, &rounds))
+            .build()
+            .unwrap();
+        handles.push((scheduler.handle(), replica));
+        let shutdown = CancellationToken::new();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move { scheduler.run(&token, Duration::from_secs(5)).await });
+        replicas.push(Replica { shutdown, task });
+    }
+    sleep(Duration::from_millis(1_500)).await;
+    let before_add = leases.now().await.unwrap().as_millis();
+    for (handle, replica) in &handles {
+        handle
+            .add(dyn_job(&added, "added", replica, &rounds))
+            .unwrap();
+    }
+    sleep(Duration::from_millis(2_500)).await;
+    for (handle, _) in &handles {
+        assert!(handle.remove(&removed, Removal::Finish));
+    }
+    let after_remove = leases.now().await.unwrap().as_millis();
+    sleep(Duration::from_millis(2_500)).await;
+    for r in replicas {
+        r.shutdown.cancel();
+        r.task.await.unwrap().unwrap();
+    }
+    let all = rounds.lock().unwrap().clone();
+    for job in ["kept", "added", "removed"] {
+        let mut of: Vec<&Dyn> = all.iter().filter(|r| r.job == job).collect();
+        of.sort_by_key(|r| r.start_ms);
+        assert!(!of.is_empty(), "{job} ran: {all:#?}");
+        for pair in of.windows(2) {
+            assert!(
+                pair[1].start_ms >= pair[0].end_ms,
+                "{job}: two rounds at once: {pair:#?}"
+            );
+            assert!(
+                pair[1].instant > pair[0].instant,
+                "{job}: each instant once, in order: {of:#?}"
+            );
+        }
+    }
+    assert!(
+        all.iter()
+            .filter(|r| r.job == "added")
+            .all(|r| r.instant > before_add),
+        "the job added ran no instant before its registration: {all:#?}"
+    );
+    assert!(
+        all.iter()
+            .filter(|r| r.job == "removed")
+            .all(|r| r.instant <= after_remove),
+        "the job removed claimed no instant after its removal: {all:#?}"
+    );
+    assert!(
+        all.iter()
+            .any(|r| r.job == "kept" && r.instant > after_remove + 1_000),
+        "the job kept ran on: {all:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_jobs_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let open = || -> Arc<dyn LeaseStore> {
+        Arc::new(
+            lease_sqlite::SqliteStoreBuilder::from_path(&path)
+                .with_busy_timeout(Duration::from_millis(250))
+                .build()
+                .unwrap(),
+        )
+    };
+    dynamic_scenario([open(), open()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_jobs_on_postgres() {
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_POSTGRES_URL") else {
+        return;
+    };
+    let table = unique("lsdy_");
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = lease_postgres::PostgresStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .with_timings(&timings())
+            .connect()
+            .await
+            .expect("connect to LEASE_TEST_POSTGRES_URL");
+        stores.push(store);
+    }
+    let dyns: Vec<Arc<dyn LeaseStore>> = stores
+        .iter()
+        .map(|s| Arc::new(s.clone()) as Arc<dyn LeaseStore>)
+        .collect();
+    dynamic_scenario(dyns.try_into().unwrap()).await;
+    let client = stores[0].pool().get().await.unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE IF EXISTS \"{table}\""))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_jobs_on_mysql() {
+    use mysql_async::prelude::Queryable as _;
+    let Some(url) = lease_conformance::env_url("LEASE_TEST_MYSQL_URL") else {
+        return;
+    };
+    let table = unique("lsdy_");
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = lease_mysql::MySqlStore::builder(&url)
+            .unwrap()
+            .with_table(&table)
+            .with_timings(&timings())
+            .connect()
+            .await
+            .expect("connect to LEASE_TEST_MYSQL_URL");
+        stores.push(store);
+    }
+    let dyns: Vec<Arc<dyn LeaseStore>> = stores
+        .iter()
+        .map(|s| Arc::new(s.clone()) as Arc<dyn LeaseStore>)
+        .collect();
+    dynamic_scenario(dyns.try_into().unwrap()).await;
+    let mut conn = stores[0].pool().get_conn().await.unwrap();
+    conn.query_drop(format!("DROP TABLE IF EXISTS `{table}`"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
