@@ -24,7 +24,10 @@
 //! - [`Plant::LostFinish`]: the scheduler's store loses the record of a
 //!   round's end (it only gives the name back) and says it recorded it
 //!   ([`PlantedStore`]), so the rerun sweep runs the finished instant again:
-//!   caught by the instant rule.
+//!   caught by the instant rule. The contenders note on standard error each
+//!   first run's end lost ([`LOST_END`]) and each second run ([`RAN_AGAIN`]),
+//!   so a test can tell whether the bug fired at all
+//!   ([`lost_finish_firings`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -173,7 +176,20 @@ impl ForwardingStore for PlantedStore {
     async fn finish(&self, finish: FinishRequest<'_>) -> Result<Finished, BoxError> {
         match (self.plant, finish.token) {
             (Plant::LostFinish, Some(token)) => {
+                // A first run's end lost is what the bug needs; a rerun's
+                // (the instant already run twice) leads to no third run.
+                let first_run = self
+                    .inner
+                    .get(finish.name)
+                    .await?
+                    .is_some_and(|row| row.rerun_slot_ms != finish.instant_ms);
                 Ok(if self.inner.release(finish.name, token).await? {
+                    if first_run {
+                        note(&format!(
+                            "{LOST_END}{}",
+                            instant_key(finish.name, finish.instant_ms)
+                        ));
+                    }
                     Finished::Released
                 } else {
                     Finished::NotRecorded
@@ -182,6 +198,41 @@ impl ForwardingStore for PlantedStore {
             _ => self.inner.finish(finish).await,
         }
     }
+}
+
+/// The note, on a contender's standard error, of a first run's end that
+/// [`Plant::LostFinish`] lost (and reported recorded).
+pub const LOST_END: &str = "soak: plant lost-finish: lost the recorded end of the first run of ";
+
+/// The note, on a contender's standard error, of a second run of an instant
+/// under [`Plant::LostFinish`], written once its claim is in the history.
+pub const RAN_AGAIN: &str = "soak: plant lost-finish: ran again: ";
+
+/// An instant of a job's name, as the notes name it.
+#[must_use]
+pub fn instant_key(name: &str, instant_ms: i64) -> String {
+    format!("instant {instant_ms} of {name}")
+}
+
+/// Writes `line` to standard error in one write, so that the notes of
+/// processes sharing the stream do not interleave.
+pub fn note(line: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// How many times [`Plant::LostFinish`] fired in a soak whose contenders'
+/// standard error is `stderr`: instants whose first run's end the plant
+/// lost and which ran again (what the instant rule must then catch).
+#[must_use]
+pub fn lost_finish_firings(stderr: &str) -> usize {
+    let keys = |prefix: &str| -> std::collections::BTreeSet<&str> {
+        stderr
+            .lines()
+            .filter_map(|line| line.strip_prefix(prefix))
+            .collect()
+    };
+    keys(LOST_END).intersection(&keys(RAN_AGAIN)).count()
 }
 
 #[cfg(test)]
@@ -238,6 +289,18 @@ mod capability_tests {
         // Other names are left alone.
         let _other = honest.claim("y").await.unwrap().unwrap();
         assert!(liar.claim("y").await.unwrap().is_none());
+    }
+
+    #[test]
+    fn a_lost_finish_fires_when_the_instant_whose_end_it_lost_runs_again() {
+        let lost = format!("{LOST_END}{}", instant_key("cron:j", 1_000));
+        let again = format!("{RAN_AGAIN}{}", instant_key("cron:j", 1_000));
+        let other = format!("{RAN_AGAIN}{}", instant_key("cron:j", 2_000));
+        assert_eq!(lost_finish_firings(&format!("{lost}\nnoise\n{other}\n")), 0);
+        assert_eq!(
+            lost_finish_firings(&format!("{again}\n{other}\n{lost}\n")),
+            1
+        );
     }
 
     #[tokio::test]

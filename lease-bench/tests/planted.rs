@@ -16,6 +16,33 @@ fn soak(plant: &str, seconds: u32) -> String {
 
 /// As [`soak`], the report as an error when the plant was not caught.
 fn try_soak(plant: &str, seconds: u32) -> Result<String, String> {
+    let soaked = run_soak(plant, seconds);
+    if soaked.caught {
+        Ok(soaked.stdout)
+    } else {
+        Err(soaked.not_caught(plant))
+    }
+}
+
+/// A soak's outcome: its report, its processes' standard error (where the
+/// contenders note what a plant did), and whether it said the plant caught.
+struct Soaked {
+    stdout: String,
+    stderr: String,
+    caught: bool,
+}
+
+impl Soaked {
+    fn not_caught(&self, plant: &str) -> String {
+        format!(
+            "planted bug {plant} not caught:\n{}\n{}",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs the soak with `plant` for `seconds`.
+fn run_soak(plant: &str, seconds: u32) -> Soaked {
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("history.jsonl");
     let url = format!("sqlite://{}", dir.path().join("soak.db").display());
@@ -33,13 +60,13 @@ fn try_soak(plant: &str, seconds: u32) -> Result<String, String> {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() || !stdout.contains("caught") {
-        return Err(format!(
-            "planted bug {plant} not caught:\n{stdout}\n{stderr}"
-        ));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let caught = out.status.success() && stdout.contains(&format!("planted bug {plant}: caught"));
+    Soaked {
+        stdout,
+        stderr,
+        caught,
     }
-    Ok(stdout)
 }
 
 #[test]
@@ -92,9 +119,38 @@ fn a_leader_acting_on_after_its_loss_is_caught_as_overlap_and_late_step_down() {
 
 #[test]
 fn a_scheduler_running_a_finished_instant_again_is_caught_by_the_instant_rule() {
-    let out = soak("lost-finish", 10);
-    assert!(
-        out.contains("of cron:") && out.contains("recorded finished"),
-        "{out}"
+    // The plant loses the record of every round's end, but the bug shows
+    // only when the rerun sweep offers such an instant again and a replica
+    // runs it before the next instant's claim moves the job's row on (the
+    // row then no longer names it). On a loaded machine a run of 10 s may
+    // have no such second run: the plant then never fired, and the checker
+    // had nothing to catch. Runs until the plant has fired (the contenders
+    // noted an instant whose first run's end it lost, then that instant's
+    // second run), up to RUNS runs; the run in which it fired must catch it.
+    const RUNS: usize = 6;
+    let mut unfired = Vec::new();
+    for run in 1..=RUNS {
+        let soaked = run_soak("lost-finish", 10);
+        let fired = lease_bench::plant::lost_finish_firings(&soaked.stderr);
+        if fired == 0 {
+            unfired.push(soaked.stdout);
+            continue;
+        }
+        eprintln!("lost-finish fired {fired} times in run {run} of at most {RUNS}");
+        assert!(
+            soaked.caught
+                && soaked.stdout.contains("of cron:")
+                && soaked.stdout.contains("recorded finished"),
+            "the plant fired ({fired} finished instants ran again) and the checker \
+             did not catch it: {}",
+            soaked.not_caught("lost-finish")
+        );
+        return;
+    }
+    panic!(
+        "the plant lost-finish never fired in {RUNS} runs of 10 s (no instant whose \
+         end it lost ran again): the machine was too slow to exercise it; this says \
+         nothing of the checker. The runs' reports:\n{}",
+        unfired.join("\n")
     );
 }

@@ -333,12 +333,22 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
     // A session whose clock stands still: every renewal writes the expiry
     // the row already has. With CLIENT_FOUND_ROWS off (the default) the
     // server reports 0 rows changed; the store still reads it as held.
+    //
+    // The clock is pinned to one literal second, read once here. The pool
+    // resets a connection each time it comes back (`COM_RESET_CONNECTION`,
+    // on by default, which also clears the session's `timestamp`) and runs
+    // the setup again: a setup of `timestamp = UNIX_TIMESTAMP()` re-pinned
+    // the same connection to the current second after every call, and a
+    // second boundary between two calls moved its clock by 1000 ms (and the
+    // renewals then wrote a new expiry, missing the case under test).
+    let frozen_ms = setup.now_ms().await.unwrap() / 1000 * 1000;
+    let pin = format!("SET SESSION timestamp = {}", frozen_ms / 1000);
     for found_rows in [false, true] {
         let opts = Opts::from_url(&url.replacen("mariadb://", "mysql://", 1)).unwrap();
         let pool = Pool::new(
             OptsBuilder::from_opts(opts)
                 .client_found_rows(found_rows)
-                .setup(vec!["SET SESSION timestamp = UNIX_TIMESTAMP()"])
+                .setup(vec![pin.clone()])
                 .pool_opts(
                     PoolOpts::default().with_constraints(PoolConstraints::new(1, 1).unwrap()),
                 ),
@@ -360,23 +370,27 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
                 .unwrap()
                 .is_some()
         );
-        let a = store.now_ms().await.unwrap();
-        assert!(
+        assert_eq!(
+            store.now_ms().await.unwrap(),
+            frozen_ms,
+            "the session's clock stands still"
+        );
+        for renewal in 0..2 {
+            assert_eq!(
+                store.renew(&name, Token::new("h"), 10_000).await.unwrap(),
+                Some(frozen_ms),
+                "found_rows {found_rows}, renewal {renewal}: held, at the pinned now"
+            );
+        }
+        assert_eq!(
             store
-                .renew(&name, Token::new("h"), 10_000)
+                .get(&name)
                 .await
                 .unwrap()
-                .is_some()
+                .map(|info| info.expires_at_ms),
+            Some(frozen_ms + 10_000),
+            "the renewals wrote the expiry the row already had"
         );
-        assert!(
-            store
-                .renew(&name, Token::new("h"), 10_000)
-                .await
-                .unwrap()
-                .is_some()
-        );
-        let b = store.now_ms().await.unwrap();
-        assert_eq!(a, b, "the session's clock stood still");
     }
     common::drop_table(&setup, table).await;
 }

@@ -263,6 +263,15 @@ impl Contender {
         let slot = round.instant().as_millis();
         let term = round.term().unwrap_or(0);
         let acting = Acting::begin(self, name, term, Some(slot), round.is_rerun()).await;
+        if self.plant == Plant::LostFinish && round.is_rerun() {
+            // The second run's claim is in the history now: with the
+            // plant's note of the first run's end, the bug has fired.
+            crate::plant::note(&format!(
+                "{}{}",
+                crate::plant::RAN_AGAIN,
+                crate::plant::instant_key(name, slot)
+            ));
+        }
         let planned = if self.chance(20) {
             // Outlasts the local deadline under a fault, and overruns the
             // next instants.
