@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lease_testkit::chain;
 
-use lease_core::{ClaimRequest, LeaseStore, Leases, MAX_NAME_BYTES, Token};
+use lease_core::{ClaimRequest, LeaseStore, Leases, MAX_NAME_BYTES, Renewed, Token};
 use lease_mysql::mysql_async::prelude::Queryable;
 use lease_mysql::mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, SslOpts};
 use lease_mysql::{MySqlError, MySqlStore, MySqlStoreBuilder};
@@ -378,7 +378,7 @@ async fn a_renewal_writing_the_same_expiry_in_the_same_millisecond_is_held() {
         for renewal in 0..2 {
             assert_eq!(
                 store.renew(&name, Token::new("h"), 10_000).await.unwrap(),
-                Some(frozen_ms),
+                Some(Renewed::at(frozen_ms)),
                 "found_rows {found_rows}, renewal {renewal}: held, at the pinned now"
             );
         }
