@@ -240,6 +240,17 @@ pub struct Excuses {
 }
 
 impl Excuses {
+    /// Whether `instant` came at most [`UNRECORDED`] ms before a replica
+    /// died: its first round there may have left no record. (The history
+    /// of one job alone may hold no dropped round of that crash: the
+    /// round the kill cut was another job's.)
+    pub fn crash_near(&self, instant: i64) -> bool {
+        self.replicas
+            .iter()
+            .filter_map(|(_, died)| *died)
+            .any(|died| (died - UNRECORDED..=died).contains(&instant))
+    }
+
     /// Whether every replica alive at `instant` gave it up.
     pub fn excuse(&self, job: usize, instant: i64) -> bool {
         let mut alive = self
@@ -316,7 +327,7 @@ pub fn check_with(
             let at = instant % 100_000;
             if runs[0].rerun {
                 assert!(
-                    runs.len() == 1 && unrecorded(recs, *instant),
+                    runs.len() == 1 && (unrecorded(recs, *instant) || excuses.crash_near(*instant)),
                     "job {job} {at}: a rerun with no first round before it, away from a crash: {:?}",
                     summary(recs, job)
                 );
@@ -394,7 +405,10 @@ pub fn planted_bugs_are_caught_with(
     twice.push(again);
     fails(twice, "a second run after a round that ran");
     // A rerun with no first round before it, away from any crash.
-    if let Some(lone) = ran.iter().find(|r| !unrecorded(good, r.instant)) {
+    if let Some(lone) = ran
+        .iter()
+        .find(|r| !unrecorded(good, r.instant) && !excuses.crash_near(r.instant))
+    {
         let mut rerun_alone = good.to_vec();
         for r in &mut rerun_alone {
             if r.job == lone.job && r.instant == lone.instant {
@@ -418,6 +432,8 @@ pub fn planted_bugs_are_caught_with(
             (first..=last).contains(&r.instant)
                 && !held(good, r.job, r.instant)
                 && !unrecorded(good, r.instant - 1_000)
+                && !excuses.crash_near(r.instant - 1_000)
+                && !excuses.excuse(r.job, r.instant)
                 && !good.iter().any(|d| {
                     d.job == r.job
                         && d.outcome == Outcome::Dropped
